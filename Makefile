@@ -1,0 +1,28 @@
+# Two entry points: `make repro` (install, then the whole pipeline on the embedded CPU default, offline)
+# and `make test`. Everything else here serves those two.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export DVC_NO_ANALYTICS := 1
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup repro test
+
+setup: $(VENV)/.installed
+
+# torch first, from the CPU wheel pip finds on this machine (PyPI's default torch is a multi-GB CUDA build).
+# xgrammar declares a GPU-only triton dependency, so it goes in with --no-deps.
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
+	touch $@
+
+repro: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+
+test: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)

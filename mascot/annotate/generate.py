@@ -1,0 +1,95 @@
+"""The `generate` stage: persona prompts -> N candidate replies per query and persona."""
+from __future__ import annotations
+
+import hashlib
+
+from mascot.config import GenerateParams
+from mascot.data.personas import Persona, resolve_persona
+from mascot.llm.backend import LLMBackend, Prompt, SampleRequest
+from mascot.resume import Journal, fingerprint
+from mascot.progress import bar
+
+
+def speaker_prompt(persona: Persona, context: list[dict], style: str) -> tuple[Prompt, tuple[str, ...]]:
+    """The prompt and stop strings for one persona reply.
+
+    `transcript` is for small base models (the embedded Gemma): a plain transcript with one example
+    exchange, stopped at the end of the line. `chat` is for instruction-tuned models behind a server.
+    """
+    if style == "chat":
+        return [{"role": "system", "content": persona.system_prompt()}, *context], ()
+    lines = [persona.system_prompt(), "", f"Person: {persona.example.user}", f"{persona.name}: {persona.example.reply}", ""]
+    lines += [f"{'Person' if m['role'] == 'user' else persona.name}: {m['content']}" for m in context]
+    lines.append(f"{persona.name}:")
+    return "\n".join(lines), ("\n",)
+
+
+def candidate_id(query_id: str, persona: str, index: int) -> str:
+    return f"{query_id}|{persona}|{index}"
+
+
+def request_seed(base: int, query_id: str, persona: str) -> int:
+    return (base + int(hashlib.sha1(f"{query_id}|{persona}".encode()).hexdigest(), 16)) % (2**31)
+
+
+def generate_candidates(queries: list[dict], personas: dict[str, Persona], params: GenerateParams,
+                        backend: LLMBackend, journal: Journal | None = None, chunk_size: int = 8) -> list[dict]:
+    """Sample `num_agents_per_query` replies per (query, persona); records already in `journal` are reused."""
+    jobs = []
+    for q in queries:
+        for name in q["personas"]:
+            persona = resolve_persona(personas, name, f"query {q['query_id']}")
+            prompt, stop = speaker_prompt(persona, q["context"], params.prompt_style)
+            seed = request_seed(params.seed, q["query_id"], name)
+            key = fingerprint(backend.model_name, prompt, stop, params.temperature, params.top_p,
+                              params.max_tokens, seed, params.num_agents_per_query)
+            jobs.append((q, name, SampleRequest(prompt, params.num_agents_per_query, params.temperature,
+                                                params.top_p, params.max_tokens, stop, seed), key))
+    done = {key: journal.get(key) for *_, key in jobs if journal and journal.get(key)}
+    todo = [j for j in jobs if j[3] not in done]
+    progress = bar(len(jobs) * params.num_agents_per_query, "generate", initial=len(done) * params.num_agents_per_query)
+    for start in range(0, len(todo), chunk_size):
+        chunk = todo[start: start + chunk_size]
+        outputs = backend.sample([req for _, _, req, _ in chunk], progress=progress.update)
+        for (q, name, req, key), completions in zip(chunk, outputs):
+            group = {"candidates": [{
+                "candidate_id": candidate_id(q["query_id"], name, k), "query_id": q["query_id"], "persona": name,
+                "candidate_index": k, "model": backend.model_name,
+                "sampling": {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
+                             "seed": req.seed, "prompt_style": params.prompt_style, "stop": list(req.stop)},
+                "text": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+                "finish_reason": c.finish_reason} for k, c in enumerate(completions)]}
+            done[key] = group
+            if journal:
+                journal.add(key, group)
+        if journal:
+            journal.flush()
+    progress.close()
+    return [c for *_, key in jobs for c in done[key]["candidates"]]
+
+
+def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/candidates.jsonl",
+         metrics: str = "metrics/generate.json") -> None:
+    from collections import Counter
+    from statistics import fmean
+
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.llm.backend import make_backend
+
+    queries = load_jsonl(queries_path)
+    personas = load_personas(params.prepare.personas_file)
+    backend = make_backend(params.llm.speaker)
+    journal = Journal("generate")
+    try:
+        candidates = generate_candidates(queries, personas, params.generate, backend, journal)
+    finally:
+        journal.close()
+        backend.close()
+    write_jsonl(out, candidates)
+    write_json(metrics, {
+        "candidates": len(candidates), "resumed_groups": journal.resumed,
+        "empty_texts": sum(not c["text"].strip() for c in candidates),
+        "mean_completion_tokens": round(fmean(c["completion_tokens"] for c in candidates), 2) if candidates else 0,
+        "finish_reasons": dict(Counter(c["finish_reason"] for c in candidates))})
+    print(f"generate: {len(candidates)} candidates -> {out}")

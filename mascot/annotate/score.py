@@ -1,0 +1,148 @@
+"""The `score` stage: an LLM judge rates each candidate on the five-dimension rubric.
+
+Modes: `expected` reads the judge's next-token distribution over the digits 1-5 for each dimension and
+takes its mean (continuous scores, few ties); `json` asks for five integer scores with reasons under a
+JSON schema. A candidate the judge could not score is recorded as unscored, with the reason; no score is
+ever invented.
+"""
+from __future__ import annotations
+
+from mascot.annotate.rubric import (DIMENSIONS, JSON_SCHEMA, SCORE_CHOICES, JudgeParseError, expected_prompts,
+                                    expected_score, json_prompt, judge_prefix, parse_json_scores, total_reward)
+from mascot.config import ScoreParams
+from mascot.data.personas import Persona, resolve_persona
+from mascot.llm.backend import LLMBackend
+from mascot.progress import bar
+from mascot.resume import Journal, fingerprint
+
+
+def _record(cand: dict, judge: str, mode: str, **fields) -> dict:
+    base = {"candidate_id": cand["candidate_id"], "query_id": cand["query_id"], "persona": cand["persona"],
+            "judge_model": judge, "judge_mode": mode, "status": "scored", "scores": None, "total_reward": None,
+            "unscored_reason": None}
+    base.update(fields)
+    return base
+
+
+def _unscored(cand, judge, mode, reason, **extra) -> dict:
+    return _record(cand, judge, mode, status="unscored", unscored_reason=reason, **extra)
+
+
+def _score_expected(chunk, prefixes, params, backend) -> list[dict]:
+    prompts = [p for prefix in prefixes for p in expected_prompts(prefix).values()]
+    dists = backend.choice_distribution(prompts, SCORE_CHOICES)
+    out = []
+    for i, cand in enumerate(chunk):
+        mine = dict(zip(DIMENSIONS, dists[i * len(DIMENSIONS): (i + 1) * len(DIMENSIONS)]))
+        masses = {d: round(dist.mass, 4) for d, dist in mine.items()}
+        weak = [d for d, m in masses.items() if m < params.min_choice_mass]
+        if weak:
+            out.append(_unscored(cand, backend.model_name, "expected",
+                                 f"judge put under {params.min_choice_mass} probability on the digits 1-5 for {', '.join(weak)}",
+                                 choice_mass=masses))
+            continue
+        scores = {d: round(expected_score(dist.probs), 4) for d, dist in mine.items()}
+        out.append(_record(cand, backend.model_name, "expected", scores=scores,
+                           total_reward=round(total_reward(scores), 4), choice_mass=masses))
+    return out
+
+
+def _score_json(chunk, prefixes, params, backend) -> list[dict]:
+    prompts = [json_prompt(prefix) for prefix in prefixes]
+    results: dict[int, dict] = {}
+    raws: dict[int, list[str]] = {i: [] for i in range(len(chunk))}
+    pending = list(range(len(chunk)))
+    for attempt in range(params.max_parse_retries + 1):
+        if not pending:
+            break
+        replies = backend.json_complete([prompts[i] for i in pending], JSON_SCHEMA, params.max_tokens, seed=attempt)
+        still = []
+        for i, reply in zip(pending, replies):
+            raws[i].append(reply.text)
+            try:
+                scores, reasons = parse_json_scores(reply.text)
+            except JudgeParseError as exc:
+                raws[i][-1] = f"{reply.text}  [{exc}]"
+                still.append(i)
+                continue
+            results[i] = _record(chunk[i], backend.model_name, "json", scores=scores,
+                                 total_reward=round(total_reward(scores), 4), reasons=reasons, attempts=attempt + 1)
+        pending = still
+    for i in pending:
+        results[i] = _unscored(chunk[i], backend.model_name, "json",
+                               f"judge reply unparseable after {params.max_parse_retries + 1} attempts",
+                               raw_replies=raws[i])
+    return [results[i] for i in range(len(chunk))]
+
+
+def score_candidates(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona],
+                     params: ScoreParams, backend: LLMBackend, journal: Journal | None = None,
+                     chunk_size: int = 8) -> list[dict]:
+    jobs = []
+    for cand in candidates:
+        q = queries.get(cand["query_id"])
+        if q is None:
+            raise ValueError(f"candidate {cand['candidate_id']}: query {cand['query_id']} is not in the queries file")
+        persona = resolve_persona(personas, cand["persona"], f"candidate {cand['candidate_id']}")
+        prefix = judge_prefix(persona, q["context"], cand["text"], params.few_shot)
+        key = fingerprint(backend.model_name, params.mode, prefix, params.max_tokens, params.max_parse_retries,
+                          params.min_choice_mass)
+        jobs.append((cand, prefix, key))
+    done = {key: journal.get(key) for _, _, key in jobs if journal and journal.get(key)}
+    progress = bar(len(jobs), f"score ({params.mode})", initial=len(done))
+    todo = []
+    for cand, prefix, key in jobs:
+        if key in done:
+            continue
+        if not cand["text"].strip():
+            done[key] = _unscored(cand, backend.model_name, params.mode, "empty reply")
+            progress.update(1)
+        else:
+            todo.append((cand, prefix, key))
+    score_chunk = _score_expected if params.mode == "expected" else _score_json
+    for start in range(0, len(todo), chunk_size):
+        chunk = todo[start: start + chunk_size]
+        records = score_chunk([c for c, _, _ in chunk], [p for _, p, _ in chunk], params, backend)
+        for (_, _, key), record in zip(chunk, records):
+            done[key] = record
+            if journal:
+                journal.add(key, record)
+        if journal:
+            journal.flush()
+        progress.update(len(chunk))
+    progress.close()
+    return [done[key] for _, _, key in jobs]
+
+
+def score_metrics(scores: list[dict]) -> dict:
+    from statistics import fmean, pstdev
+
+    scored = [s for s in scores if s["status"] == "scored"]
+    out = {"scored": len(scored), "unscored": len(scores) - len(scored)}
+    for name in [*DIMENSIONS, "total_reward"]:
+        values = [s["scores"][name] if name in DIMENSIONS else s["total_reward"] for s in scored]
+        out[f"mean_{name}"] = round(fmean(values), 4) if values else None
+        out[f"std_{name}"] = round(pstdev(values), 4) if values else None
+    return out
+
+
+def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
+         out: str = "data/scores.jsonl", metrics: str = "metrics/score.json") -> None:
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.llm.backend import make_backend
+
+    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
+    candidates = load_jsonl(candidates_path)
+    personas = load_personas(params.prepare.personas_file)
+    backend = make_backend(params.llm.judge)
+    journal = Journal("score")
+    try:
+        scores = score_candidates(candidates, queries, personas, params.score, backend, journal)
+    finally:
+        journal.close()
+        backend.close()
+    write_jsonl(out, scores)
+    m = score_metrics(scores)
+    write_json(metrics, m)
+    print(f"score: {m['scored']} scored, {m['unscored']} unscored -> {out}")

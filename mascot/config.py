@@ -1,0 +1,146 @@
+"""One typed schema of params.yaml, validated at the start of every stage.
+
+Every block forbids unknown keys, so a typo stops the stage with the key's dotted path instead of being
+silently ignored.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class Block(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BaseModelParams(Block):
+    source: Literal["gemma3-270m-gguf", "tiny", "path"] = "gemma3-270m-gguf"
+    path: str | None = None  # for source=path: a local folder or a hub id
+    out_dir: str = "models/base"
+    tiny_hidden_size: int = Field(64, ge=16)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _path_needed(self):
+        if self.source == "path" and not self.path:
+            raise ValueError("source 'path' needs base_model.path (a local model folder or a hub id)")
+        return self
+
+
+class SourceSpec(Block):
+    format: Literal["esconv", "qmsum", "empathetic", "jsonl", "hub-esconv"]
+    path: str
+    limit: int | None = Field(None, ge=1)  # dialogues read from this source at most
+
+
+class PrepareParams(Block):
+    sources: list[SourceSpec] = Field(min_length=1)
+    personas_file: str = "data/personas.yaml"
+    tokenizer: str = "models/base"  # counts tokens for the context budget
+    max_context_tokens: int = Field(384, ge=16)
+    min_user_chars: int = Field(2, ge=1)
+    max_queries: int | None = Field(None, ge=1)
+    queries_per_dialogue: int = Field(1, ge=1)
+    personas_per_query: int = Field(1, ge=1)
+    seed: int = 0
+    skip_bad_rows: bool = False
+
+
+class LLMEndpoint(Block):
+    backend: Literal["local", "openai"] = "local"
+    model: str = "models/base"  # a local folder (local) or the served model name (openai)
+    base_url: str | None = None  # openai: e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = "OPENAI_API_KEY"
+    max_concurrency: int = Field(16, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    batch_size: int = Field(8, ge=1)  # local backend: sequences per forward pass
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @model_validator(mode="after")
+    def _url_needed(self):
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError("backend 'openai' needs base_url (the server's /v1 address)")
+        return self
+
+
+class LLMParams(Block):
+    speaker: LLMEndpoint = LLMEndpoint()
+    judge: LLMEndpoint = LLMEndpoint()
+
+
+class GenerateParams(Block):
+    num_agents_per_query: int = Field(5, ge=1)
+    prompt_style: Literal["transcript", "chat"] = "transcript"
+    temperature: float = Field(0.9, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(64, ge=1)
+    seed: int = 1234
+
+
+class ScoreParams(Block):
+    mode: Literal["expected", "json"] = "expected"
+    few_shot: bool = True
+    max_tokens: int = Field(320, ge=16)  # json mode
+    max_parse_retries: int = Field(2, ge=0)
+    # expected mode: below this probability on the digits 1-5 the judge did not answer: unscored
+    min_choice_mass: float = Field(0.2, ge=0, le=1)
+
+
+class PairsParams(Block):
+    score_margin: float = Field(0.5, ge=0, le=4)
+    eval_fraction: float = Field(0.1, ge=0, lt=1)
+    split_seed: int = 0
+
+
+class ValidateParams(Block):
+    min_pairs: int = Field(1, ge=0)
+    min_scored_fraction: float = Field(0.5, ge=0, le=1)
+
+
+class Params(Block):
+    base_model: BaseModelParams = BaseModelParams()
+    prepare: PrepareParams
+    llm: LLMParams = LLMParams()
+    generate: GenerateParams = GenerateParams()
+    score: ScoreParams = ScoreParams()
+    pairs: PairsParams = PairsParams()
+    validate_: ValidateParams = Field(ValidateParams(), alias="validate")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _describe(err: dict) -> str:
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"{key}: unknown key (check its spelling; see params.yaml for the known keys)"
+    if err["type"] == "missing":
+        return f"{key}: required key is missing"
+    return f"{key}: {err['msg']} (got {err.get('input')!r})"
+
+
+def parse_params(raw: dict, source: str = "params.yaml") -> Params:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        lines = "\n".join("  - " + _describe(e) for e in exc.errors())
+        raise ConfigError(f"{source}: invalid parameters:\n{lines}") from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: parameters file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_params(raw, str(path))

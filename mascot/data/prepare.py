@@ -1,0 +1,50 @@
+"""The `prepare` stage: corpora + personas -> queries."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from mascot.config import PrepareParams, SourceSpec
+from mascot.data.dialogue import Dialogue
+from mascot.data.personas import load_personas
+from mascot.data.queries import build_queries
+from mascot.data.sources.empathetic import load_empathetic
+from mascot.data.sources.esconv import load_esconv, load_esconv_hub
+from mascot.data.sources.jsonl import load_jsonl_dialogues
+from mascot.data.sources.qmsum import load_qmsum
+from mascot.io import BadRows, InputError, write_json, write_jsonl
+
+LOADERS = {"esconv": load_esconv, "qmsum": load_qmsum, "empathetic": load_empathetic,
+           "jsonl": load_jsonl_dialogues, "hub-esconv": load_esconv_hub}
+
+
+def load_source(spec: SourceSpec, bad: BadRows) -> list[Dialogue]:
+    if spec.format != "hub-esconv" and not Path(spec.path).exists():
+        raise InputError(f"{spec.path}: source file not found (prepare.sources, format {spec.format})")
+    dialogues = LOADERS[spec.format](spec.path, bad)
+    return dialogues[: spec.limit] if spec.limit else dialogues
+
+
+def token_counter(tokenizer_path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_path)
+    return lambda text: len(tok.encode(text, add_special_tokens=False))
+
+
+def main(params, out: str = "data/queries.jsonl", metrics: str = "metrics/prepare.json") -> None:
+    p: PrepareParams = params.prepare
+    bad = BadRows(skip=p.skip_bad_rows)
+    personas = load_personas(p.personas_file)
+    dialogues = [d for spec in p.sources for d in load_source(spec, bad)]
+    if not dialogues:
+        raise InputError("prepare.sources: no dialogues were loaded")
+    queries = build_queries(dialogues, list(personas), p.max_context_tokens, token_counter(p.tokenizer),
+                            per_dialogue=p.queries_per_dialogue, personas_per_query=p.personas_per_query,
+                            max_queries=p.max_queries, min_user_chars=p.min_user_chars, seed=p.seed)
+    write_jsonl(out, queries)
+    write_json(metrics, {"dialogues": len(dialogues), "queries": len(queries), "skipped_bad_rows": len(bad.messages),
+                         "queries_by_source": dict(Counter(q["source"] for q in queries)),
+                         "queries_by_persona": dict(Counter(n for q in queries for n in q["personas"]))})
+    print(f"prepare: {len(dialogues)} dialogues -> {len(queries)} queries -> {out}"
+          + (f" ({len(bad.messages)} bad rows skipped)" if bad.messages else ""))

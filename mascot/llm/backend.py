@@ -1,0 +1,68 @@
+"""The language-model interface the stages use; nothing pipeline-specific lives here.
+
+A prompt is either plain text (sent as a completion) or a list of chat messages (sent through the chat
+template). Three operations cover the pipeline: sample replies, read the next-token distribution over a
+few given answers, and produce JSON under a schema.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Union
+
+Prompt = Union[str, list[dict]]
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    prompt: Prompt
+    n: int = 1
+    temperature: float = 0.9
+    top_p: float = 0.95
+    max_tokens: int = 64
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" or "length"
+
+
+@dataclass(frozen=True)
+class ChoiceDistribution:
+    probs: dict[str, float]  # renormalized over the choices
+    mass: float  # the probability the model put on the choices before renormalizing
+
+
+@dataclass
+class BackendStats:
+    requests: int = 0
+    retries: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class LLMBackend(Protocol):
+    model_name: str
+
+    def sample(self, requests: list[SampleRequest], progress=None) -> list[list[Completion]]: ...
+
+    def choice_distribution(self, prompts: list[str], choices: list[str], progress=None) -> list[ChoiceDistribution]: ...
+
+    def json_complete(self, prompts: list[str], schema: dict, max_tokens: int, seed: int = 0,
+                      progress=None) -> list[Completion]: ...
+
+    def close(self) -> None: ...
+
+
+def make_backend(endpoint) -> LLMBackend:
+    """Build the backend an `llm.speaker`/`llm.judge` block of params.yaml names."""
+    if endpoint.backend == "openai":
+        from mascot.llm.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(endpoint)
+    from mascot.llm.local_backend import LocalBackend
+
+    return LocalBackend(endpoint)

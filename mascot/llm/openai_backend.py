@@ -1,0 +1,116 @@
+"""Any OpenAI-compatible server (vLLM in real use): async, bounded concurrency, retries with backoff.
+
+Plain-text prompts go to /v1/completions, message lists to /v1/chat/completions. Structured outputs use
+vLLM's current `structured_outputs` field (the old `guided_json` is silently ignored by vLLM 0.32).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+
+import openai
+
+from mascot.llm.backend import BackendStats, ChoiceDistribution, Completion, SampleRequest
+
+RETRYABLE = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class OpenAIBackend:
+    def __init__(self, endpoint):
+        self.model_name = endpoint.model
+        self.base_url = endpoint.base_url
+        self.api_key = os.environ.get(endpoint.api_key_env, "EMPTY")
+        self.max_concurrency = endpoint.max_concurrency
+        self.timeout_s = endpoint.timeout_s
+        self.max_retries = endpoint.max_retries
+        self.stats = BackendStats()
+
+    def close(self) -> None:
+        pass
+
+    def _run(self, coros_factory, total: int, progress):
+        async def main():
+            client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s,
+                                        max_retries=0)  # retries are ours: bounded, with jitter, counted
+            sem = asyncio.Semaphore(self.max_concurrency)
+            try:
+                async def guarded(coro_fn):
+                    async with sem:
+                        result = await self._with_retries(coro_fn, client)
+                    if progress:
+                        progress(1)
+                    return result
+                return await asyncio.gather(*(guarded(fn) for fn in coros_factory()))
+            finally:
+                await client.close()
+        return asyncio.run(main())
+
+    async def _with_retries(self, coro_fn, client):
+        for attempt in range(self.max_retries + 1):
+            try:
+                self.stats.requests += 1
+                return await coro_fn(client)
+            except RETRYABLE as exc:
+                if attempt == self.max_retries:
+                    raise ServerError(f"{self.base_url}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
+                self.stats.retries += 1
+                await asyncio.sleep(min(30.0, 0.5 * 2 ** attempt) * (0.5 + random.random()))
+
+    def sample(self, requests: list[SampleRequest], progress=None) -> list[list[Completion]]:
+        def factory():
+            for r in requests:
+                yield lambda client, r=r: self._sample_one(client, r)
+        return self._run(factory, len(requests), (lambda k: progress(requests[0].n * k)) if progress else None)
+
+    async def _sample_one(self, client, r: SampleRequest) -> list[Completion]:
+        common = dict(model=self.model_name, n=r.n, temperature=r.temperature, top_p=r.top_p,
+                      max_tokens=r.max_tokens, seed=r.seed, stop=list(r.stop) or None)
+        if isinstance(r.prompt, str):
+            resp = await client.completions.create(prompt=r.prompt, **common)
+            texts = [(c.text, c.finish_reason) for c in resp.choices]
+        else:
+            resp = await client.chat.completions.create(messages=r.prompt, **common)
+            texts = [(c.message.content or "", c.finish_reason) for c in resp.choices]
+        per = (resp.usage.completion_tokens // max(len(texts), 1)) if resp.usage else 0
+        prompt_tokens = resp.usage.prompt_tokens if resp.usage else 0
+        return [Completion(t.strip(), prompt_tokens, per, f or "stop") for t, f in texts]
+
+    def choice_distribution(self, prompts: list[str], choices: list[str], progress=None) -> list[ChoiceDistribution]:
+        import math
+
+        async def one(client, prompt):
+            resp = await client.completions.create(
+                model=self.model_name, prompt=prompt, max_tokens=1, temperature=0.0, logprobs=len(choices),
+                extra_body={"structured_outputs": {"choice": choices}})
+            top = (resp.choices[0].logprobs.top_logprobs or [{}])[0]
+            raw = {c: math.exp(top[c]) if c in top else 0.0 for c in choices}
+            mass = sum(raw.values())
+            if mass <= 0:
+                raise ServerError(f"{self.base_url}: no probability on any of {choices} in {top}")
+            return ChoiceDistribution({c: p / mass for c, p in raw.items()}, mass)
+
+        def factory():
+            for p in prompts:
+                yield lambda client, p=p: one(client, p)
+        return self._run(factory, len(prompts), progress)
+
+    def json_complete(self, prompts: list[str], schema: dict, max_tokens: int, seed: int = 0,
+                      progress=None) -> list[Completion]:
+        async def one(client, prompt):
+            resp = await client.completions.create(
+                model=self.model_name, prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=seed,
+                extra_body={"structured_outputs": {"json": schema}})
+            c = resp.choices[0]
+            usage = resp.usage
+            return Completion(c.text, usage.prompt_tokens if usage else 0,
+                              usage.completion_tokens if usage else 0, c.finish_reason or "stop")
+
+        def factory():
+            for p in prompts:
+                yield lambda client, p=p: one(client, p)
+        return self._run(factory, len(prompts), progress)

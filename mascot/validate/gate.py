@@ -1,0 +1,86 @@
+"""Run the suites, summarise, and write the JSON result, an HTML report and a quarantine file."""
+from __future__ import annotations
+
+import html
+import json
+import logging
+
+import great_expectations as gx
+from great_expectations.data_context.types.base import ProgressBarsConfig
+import pandas as pd
+
+from mascot.validate import suites
+
+
+def run_suite(context, name: str, df: pd.DataFrame, expectations: list) -> list[dict]:
+    asset = context.data_sources.add_pandas(f"{name}_source").add_dataframe_asset(name)
+    batch = asset.add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": df})
+    suite = context.suites.add(gx.ExpectationSuite(name=f"{name}_suite", expectations=expectations))
+    result = batch.validate(suite, result_format={"result_format": "COMPLETE"})
+    rows = []
+    for r in result.results:
+        cfg = r.expectation_config
+        res = r.result or {}
+        rows.append({
+            "table": name, "expectation": cfg.type,
+            "column": cfg.kwargs.get("column"), "kwargs": {k: v for k, v in cfg.kwargs.items()
+                                                         if k not in ("column", "batch_id")},
+            "success": bool(r.success), "unexpected_count": res.get("unexpected_count", 0 if r.success else None),
+            "element_count": res.get("element_count", res.get("observed_value")),
+            "unexpected_index_list": res.get("unexpected_index_list") or [],
+            "exception": (r.exception_info or {}).get("exception_message") if not r.success else None,
+        })
+    return rows
+
+
+def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict], margin: float,
+                  min_pairs: int) -> tuple[list[dict], list[dict]]:
+    """All expectation results and the quarantined rows (each with the expectations it broke)."""
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    frames = {"candidates": suites.candidates_frame(candidates),
+              "scores": suites.scores_frame(scores, candidates),
+              "pairs": suites.pairs_frame(pairs, scores)}
+    plans = {"candidates": suites.candidates_suite(frames["candidates"]),
+             "scores": suites.scores_suite(frames["scores"]),
+             "pairs": suites.pairs_suite(frames["pairs"], margin, min_pairs)}
+    results = [row for name in frames for row in run_suite(context, name, frames[name], plans[name])]
+    sources = {"candidates": candidates, "scores": scores, "pairs": pairs}
+    broken: dict[tuple[str, int], list[str]] = {}
+    for r in results:
+        for idx in r["unexpected_index_list"]:
+            label = f"{r['expectation']}({r['column']})" if r["column"] else r["expectation"]
+            broken.setdefault((r["table"], int(idx)), []).append(label)
+    quarantine = [{"table": t, "row": i, "broken": labels, "record": sources[t][i]}
+                  for (t, i), labels in sorted(broken.items())]
+    return results, quarantine
+
+
+def summary(results: list[dict]) -> str:
+    failed = [r for r in results if not r["success"]]
+    if not failed:
+        return f"all {len(results)} expectations passed"
+    lines = [f"{len(failed)} of {len(results)} expectations failed:"]
+    for r in failed:
+        where = f"{r['table']}.{r['column']}" if r["column"] else r["table"]
+        what = (f"{r['unexpected_count']} of {r['element_count']} rows unexpected"
+                if r["column"] else f"observed {r['element_count']}")
+        lines.append(f"  - {where}: {r['expectation']} {json.dumps(r['kwargs'], default=str)}: {what}"
+                     + (f" ({r['exception']})" if r["exception"] else ""))
+    return "\n".join(lines)
+
+
+def html_report(results: list[dict]) -> str:
+    rows = "".join(
+        f"<tr class={'ok' if r['success'] else 'fail'}><td>{html.escape(r['table'])}</td>"
+        f"<td>{html.escape(str(r['column'] or ''))}</td><td>{html.escape(r['expectation'])}</td>"
+        f"<td>{html.escape(json.dumps(r['kwargs'], default=str))}</td>"
+        f"<td>{'pass' if r['success'] else 'FAIL'}</td><td>{r['unexpected_count']}</td></tr>" for r in results)
+    failed = sum(not r["success"] for r in results)
+    return ("<!doctype html><meta charset=utf-8><title>mascot data gate</title><style>"
+            "body{font-family:sans-serif}td,th{padding:4px 8px;border-bottom:1px solid #ddd}"
+            ".fail{background:#fdd}.ok{background:#efe}</style>"
+            f"<h1>Data gate: {'PASSED' if not failed else f'FAILED ({failed})'}</h1>"
+            "<table><tr><th>table</th><th>column</th><th>expectation</th><th>arguments</th><th>result</th>"
+            f"<th>unexpected rows</th></tr>{rows}</table>")

@@ -1,0 +1,40 @@
+"""The `validate` stage: the data gate before any training."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mascot.io import load_jsonl, write_json, write_jsonl
+from mascot.validate.gate import html_report, summary, validate_data
+
+
+class GateFailed(SystemExit):
+    pass
+
+
+def main(params, candidates_path: str = "data/candidates.jsonl", scores_path: str = "data/scores.jsonl",
+         pairs_path: str = "data/pairs.jsonl", report_dir: str = "reports") -> None:
+    candidates, scores = load_jsonl(candidates_path), load_jsonl(scores_path)
+    pairs = load_jsonl(pairs_path)
+    results, quarantine = validate_data(candidates, scores, pairs, params.pairs.score_margin,
+                                        params.validate_.min_pairs)
+    scored = sum(s["status"] == "scored" for s in scores)
+    if scores and scored / len(scores) < params.validate_.min_scored_fraction:
+        results.append({"table": "scores", "expectation": "min_scored_fraction", "column": None,
+                        "kwargs": {"min": params.validate_.min_scored_fraction}, "success": False,
+                        "unexpected_count": None, "element_count": round(scored / len(scores), 4),
+                        "unexpected_index_list": [], "exception": None})
+    ok = all(r["success"] for r in results)
+    report = Path(report_dir)
+    write_json(report / "validation.json", {"success": ok, "evaluated": len(results),
+                                            "failed": sum(not r["success"] for r in results),
+                                            "results": [{k: v for k, v in r.items() if k != "unexpected_index_list"}
+                                                        for r in results]})
+    (report / "validation.html").write_text(html_report(results), encoding="utf-8")
+    write_jsonl(report / "quarantine.jsonl", quarantine)
+    text = summary(results)
+    if not ok:
+        print(f"validate: data gate FAILED ({candidates_path}, {scores_path}, {pairs_path})\n{text}\n"
+              f"offending rows: {report / 'quarantine.jsonl'}; report: {report / 'validation.html'}", file=sys.stderr)
+        raise GateFailed(1)
+    print(f"validate: {text}")

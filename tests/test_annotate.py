@@ -1,0 +1,118 @@
+import pytest
+
+from mascot.annotate.generate import generate_candidates, speaker_prompt
+from mascot.annotate.rubric import DIMENSIONS, JudgeParseError, judge_prefix, parse_json_scores
+from mascot.annotate.score import score_candidates
+from mascot.config import GenerateParams, ScoreParams
+from mascot.llm.backend import Completion
+from mascot.resume import Journal
+
+
+class Counting:
+    """Wraps a backend and counts what it is asked to do."""
+
+    def __init__(self, inner):
+        self.inner, self.model_name, self.samples, self.prompts = inner, inner.model_name, 0, 0
+
+    def sample(self, requests, progress=None):
+        self.samples += sum(r.n for r in requests)
+        return self.inner.sample(requests, progress)
+
+    def choice_distribution(self, prompts, choices, progress=None):
+        self.prompts += len(prompts)
+        return self.inner.choice_distribution(prompts, choices, progress)
+
+    def json_complete(self, prompts, schema, max_tokens, seed=0, progress=None):
+        self.prompts += len(prompts)
+        return self.inner.json_complete(prompts, schema, max_tokens, seed, progress)
+
+
+def test_transcript_prompt_layout(personas):
+    p = personas["The Catalyst"]
+    prompt, stop = speaker_prompt(p, [{"role": "user", "content": "I lost my keys."}], "transcript")
+    assert prompt.endswith("Person: I lost my keys.\nThe Catalyst:") and stop == ("\n",)
+    assert f"The Catalyst: {p.example.reply}" in prompt
+    chat, _ = speaker_prompt(p, [{"role": "user", "content": "hi"}], "chat")
+    assert chat[0]["role"] == "system" and chat[-1] == {"role": "user", "content": "hi"}
+
+
+def test_judge_prefix_puts_shared_parts_first(personas):
+    a = judge_prefix(personas["The Anchor"], [{"role": "user", "content": "x"}], "reply one", True)
+    b = judge_prefix(personas["The Anchor"], [{"role": "user", "content": "x"}], "reply two", True)
+    common = len(a) - len("reply one\n")
+    assert a[:common] == b[:common]  # only the reply differs, at the end
+
+
+def test_generate_records_and_resume(tiny_backend, personas, demo_queries, tmp_path):
+    params = GenerateParams(num_agents_per_query=2, max_tokens=6)
+    backend = Counting(tiny_backend)
+    journal = Journal("generate", tmp_path)
+    first = generate_candidates(demo_queries, personas, params, backend, journal, chunk_size=1)
+    journal.close()
+    assert len(first) == 2 * len(demo_queries) == backend.samples
+    rec = first[0]
+    assert set(rec) >= {"candidate_id", "query_id", "persona", "candidate_index", "model", "sampling", "text",
+                        "prompt_tokens", "completion_tokens", "finish_reason"}
+    assert rec["sampling"]["seed"] and rec["persona"] in personas
+    backend.samples = 0
+    again = generate_candidates(demo_queries, personas, params, backend, Journal("generate", tmp_path))
+    assert backend.samples == 0 and again == first  # all reused, nothing recomputed
+    changed = GenerateParams(num_agents_per_query=2, max_tokens=6, temperature=0.5)
+    generate_candidates(demo_queries, personas, changed, backend, Journal("generate", tmp_path))
+    assert backend.samples == 2 * len(demo_queries)  # a param that shapes records invalidates them
+
+
+@pytest.mark.parametrize("mode", ["expected", "json"])
+def test_score_modes(tiny_backend, personas, demo_queries, mode):
+    cands = generate_candidates(demo_queries, personas, GenerateParams(num_agents_per_query=2, max_tokens=6),
+                                tiny_backend)
+    cands[0] = {**cands[0], "text": "  "}
+    queries = {q["query_id"]: q for q in demo_queries}
+    scores = score_candidates(cands, queries, personas, ScoreParams(mode=mode, min_choice_mass=0.0, max_tokens=400),
+                              tiny_backend)
+    assert scores[0]["status"] == "unscored" and scores[0]["unscored_reason"] == "empty reply"
+    assert scores[0]["scores"] is None and scores[0]["total_reward"] is None
+    for s in scores[1:]:
+        assert s["status"] == "scored", s
+        assert set(s["scores"]) == set(DIMENSIONS)
+        assert all(1 <= v <= 5 for v in s["scores"].values())
+        assert s["total_reward"] == pytest.approx(sum(s["scores"].values()) / 5, abs=1e-3)
+
+
+def test_low_choice_mass_is_unscored_not_invented(tiny_backend, personas, demo_queries):
+    cands = generate_candidates(demo_queries[:1], personas, GenerateParams(num_agents_per_query=1, max_tokens=4),
+                                tiny_backend)
+    (s,) = score_candidates(cands, {q["query_id"]: q for q in demo_queries}, personas,
+                            ScoreParams(min_choice_mass=0.99), tiny_backend)
+    assert s["status"] == "unscored" and "probability on the digits" in s["unscored_reason"]
+    assert s["scores"] is None
+
+
+class Garbage:
+    model_name = "garbage"
+
+    def __init__(self):
+        self.calls = 0
+
+    def json_complete(self, prompts, schema, max_tokens, seed=0, progress=None):
+        self.calls += 1
+        return [Completion('{"persona_consistency": {"score": 9', 10, 5, "length") for _ in prompts]
+
+
+def test_unparseable_judge_is_retried_then_unscored(personas, demo_queries):
+    q = demo_queries[0]
+    cand = {"candidate_id": "c", "query_id": q["query_id"], "persona": q["personas"][0], "candidate_index": 0,
+            "text": "hello"}
+    judge = Garbage()
+    (s,) = score_candidates([cand], {q["query_id"]: q}, personas, ScoreParams(mode="json", max_parse_retries=2), judge)
+    assert judge.calls == 3
+    assert s["status"] == "unscored" and s["scores"] is None and len(s["raw_replies"]) == 3
+
+
+def test_parse_json_scores_rejects_out_of_range():
+    good = {d: {"reason": "ok", "score": 3} for d in DIMENSIONS}
+    import json
+    assert parse_json_scores(json.dumps(good))[0]["perceived_empathy"] == 3.0
+    good["perceived_empathy"]["score"] = 6
+    with pytest.raises(JudgeParseError, match="perceived_empathy"):
+        parse_json_scores(json.dumps(good))

@@ -1,0 +1,59 @@
+import pytest
+import yaml
+
+from mascot.config import ConfigError, load_params, parse_params
+
+
+def base(repo_root):
+    return yaml.safe_load((repo_root / "params.yaml").read_text())
+
+
+def test_shipped_params_and_profiles_validate(repo_root, tmp_path):
+    from mascot.profiles import apply_profile
+
+    assert load_params(repo_root / "params.yaml").pairs.score_margin == pytest.approx(0.1)
+    for profile in ("tiny", "real"):
+        target = tmp_path / f"{profile}.yaml"
+        target.write_text((repo_root / "params.yaml").read_text())
+        apply_profile(profile, target, repo_root / "profiles")
+        parsed = load_params(target)
+        assert parsed.prepare.sources  # untouched keys survive the merge
+    assert load_params(tmp_path / "real.yaml").pairs.score_margin == 0.5
+    assert "# Embedded CPU default" in (tmp_path / "real.yaml").read_text()  # comments kept
+
+
+def test_unknown_key_is_named(repo_root):
+    raw = base(repo_root)
+    raw["generate"]["num_agent_per_query"] = 3
+    with pytest.raises(ConfigError, match=r"generate\.num_agent_per_query: unknown key"):
+        parse_params(raw)
+
+
+def test_wrong_type_is_named(repo_root):
+    raw = base(repo_root)
+    raw["pairs"]["score_margin"] = "half"
+    with pytest.raises(ConfigError, match=r"pairs\.score_margin: .*'half'"):
+        parse_params(raw)
+
+
+def test_unknown_top_level_block(repo_root):
+    raw = base(repo_root)
+    raw["genrate"] = {}
+    with pytest.raises(ConfigError, match="genrate: unknown key"):
+        parse_params(raw)
+
+
+def test_openai_backend_needs_url(repo_root):
+    raw = base(repo_root)
+    raw["llm"]["judge"] = {"backend": "openai", "model": "x"}
+    with pytest.raises(ConfigError, match=r"llm\.judge.*base_url"):
+        parse_params(raw)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_params(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prepare: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(bad)

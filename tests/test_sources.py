@@ -1,0 +1,101 @@
+import json
+
+import pytest
+
+from mascot.data.queries import build_queries
+from mascot.data.sources.empathetic import load_empathetic
+from mascot.data.sources.esconv import load_esconv
+from mascot.data.sources.jsonl import load_jsonl_dialogues
+from mascot.data.sources.qmsum import load_qmsum
+from mascot.io import BadRows, InputError
+
+
+def words(text):
+    return len(text.split())
+
+
+def test_esconv_sample_speaker_listener(shared_data):
+    dialogues = load_esconv(shared_data / "esconv-sample.json", BadRows())
+    assert len(dialogues) == 20
+    d = dialogues[0]
+    assert d.turns[0].role == "user" and d.turns[0].content == "hello"  # stray newline gone
+    assert {t.role for t in d.turns} == {"user", "assistant"}
+    assert d.metadata["emotion_type"] == "depression"
+    for dlg in dialogues:  # consecutive same-role turns are merged
+        assert all(a.role != b.role for a, b in zip(dlg.turns, dlg.turns[1:]))
+
+
+def test_esconv_seeker_supporter_naming(tmp_path):
+    path = tmp_path / "ESConv.json"
+    path.write_text(json.dumps([{"emotion_type": "anxiety", "problem_type": "job crisis", "dialog": [
+        {"speaker": "seeker", "annotation": {}, "content": "I lost my job.\n"},
+        {"speaker": "supporter", "annotation": {"strategy": "Question"}, "content": "I'm sorry. What happened?"},
+        {"speaker": "seeker", "annotation": {}, "content": "Cuts."},
+        {"speaker": "seeker", "annotation": {}, "content": "I'm scared."}]}]))
+    (d,) = load_esconv(path, BadRows())
+    assert [t.role for t in d.turns] == ["user", "assistant", "user"]
+    assert d.turns[-1].content == "Cuts. I'm scared."
+
+
+def test_esconv_bad_speaker_names_row(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"dialog": [{"speaker": "narrator", "content": "x"}]}]))
+    with pytest.raises(InputError, match=r"bad.json conversation 0 dialog\[0\]: unknown speaker 'narrator'"):
+        load_esconv(path, BadRows())
+
+
+def test_qmsum_sample_window_within_budget(shared_data):
+    dialogues = load_qmsum(shared_data / "qmsum-sample.jsonl", BadRows())
+    assert dialogues and all(d.source == "qmsum" for d in dialogues)
+    assert dialogues[0].metadata["meeting_domain"] == "academic"  # ICSI: Professor/PhD speakers
+    queries = build_queries(dialogues, ["The Anchor"], 300, words)
+    assert len(queries) == len(dialogues)
+    specific = next(q for q, d in zip(sorted(queries, key=lambda q: q["query_id"]),
+                                      sorted(dialogues, key=lambda d: d.id)) if d.metadata["focus_turns"])
+    text = specific["context"][0]["content"]
+    assert words(text) <= 300
+    assert text.startswith("Here is part of a meeting") and "?" in text.splitlines()[-1]
+
+
+def test_qmsum_window_contains_focus_span(shared_data):
+    from mascot.data.queries import meeting_window
+
+    (d, *_) = [d for d in load_qmsum(shared_data / "qmsum-sample.jsonl", BadRows()) if d.metadata["focus_turns"]]
+    transcript, focus = d.metadata["transcript"], d.metadata["focus_turns"]
+    text = meeting_window(transcript, focus, "What?", 200, words)
+    middle = transcript[sorted(focus)[len(focus) // 2]]
+    assert middle.content in text
+
+
+def test_empathetic_csv(repo_root):
+    dialogues = load_empathetic(repo_root / "data/demo/empathetic.csv", BadRows())
+    assert len(dialogues) == 4
+    d = dialogues[0]
+    assert "," in d.turns[0].content and "_comma_" not in d.turns[0].content
+    assert [t.role for t in d.turns] == ["user", "assistant", "user"]
+    assert d.metadata["emotion_type"] == "nostalgic"
+
+
+def test_jsonl_bad_rows_named_and_skippable(tmp_path):
+    path = tmp_path / "dialogues.jsonl"
+    good = {"id": "a", "context": [{"role": "user", "content": "hi there"}]}
+    path.write_text("\n".join([json.dumps(good), "{not json", json.dumps({"id": "b", "context": []}),
+                               json.dumps({"id": "c", "context": [{"role": "robot", "content": "x"}]})]) + "\n")
+    with pytest.raises(InputError, match=r"dialogues.jsonl:2: not valid JSON"):
+        load_jsonl_dialogues(path, BadRows())
+    bad = BadRows(skip=True)
+    dialogues = load_jsonl_dialogues(path, bad)
+    assert [d.id for d in dialogues] == ["a"]
+    assert len(bad.messages) == 3
+    assert any(":3: field 'context' is empty" in m for m in bad.messages)
+    assert any(":4 context[0]: role 'robot'" in m for m in bad.messages)
+
+
+def test_queries_end_in_user_within_budget(repo_root, personas):
+    dialogues = load_jsonl_dialogues(repo_root / "data/demo/dialogues.jsonl", BadRows())
+    queries = build_queries(dialogues, list(personas), 20, words, personas_per_query=2)
+    for q in queries:
+        assert q["context"][-1]["role"] == "user" and q["context"][0]["role"] == "user"
+        assert sum(words(m["content"]) for m in q["context"]) <= 20 + 1  # +1: the "…" marker of a cut
+        assert len(q["personas"]) == 2 and set(q["personas"]) <= set(personas)
+    assert len({q["query_id"] for q in queries}) == len(queries)

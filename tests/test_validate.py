@@ -1,0 +1,72 @@
+import copy
+
+import pytest
+
+from mascot.annotate.rubric import DIMENSIONS
+from mascot.validate.gate import summary, validate_data
+
+
+def dataset():
+    cands, scores = [], []
+    for i, dims in enumerate([4.0, 3.0, 1.0]):
+        cid = f"q1|The Anchor|{i}"
+        cands.append({"candidate_id": cid, "query_id": "q1", "persona": "The Anchor", "text": f"reply {i}"})
+        scores.append({"candidate_id": cid, "query_id": "q1", "persona": "The Anchor", "status": "scored",
+                       "scores": {d: dims for d in DIMENSIONS}, "total_reward": dims, "unscored_reason": None})
+    cands.append({"candidate_id": "q1|The Anchor|3", "query_id": "q1", "persona": "The Anchor", "text": ""})
+    scores.append({"candidate_id": "q1|The Anchor|3", "query_id": "q1", "persona": "The Anchor",
+                   "status": "unscored", "scores": None, "total_reward": None, "unscored_reason": "empty reply"})
+
+    def pair(c, r):
+        return {"pair_id": f"{c}>{r}", "query_id": "q1", "split": "train",
+                "chosen": [{"role": "assistant", "content": f"reply {c}"}],
+                "rejected": [{"role": "assistant", "content": f"reply {r}"}],
+                "score_chosen": scores[c]["total_reward"], "score_rejected": scores[r]["total_reward"],
+                "margin": scores[c]["total_reward"] - scores[r]["total_reward"],
+                "chosen_id": cands[c]["candidate_id"], "rejected_id": cands[r]["candidate_id"]}
+    return cands, scores, [pair(0, 1), pair(0, 2), pair(1, 2)]
+
+
+def failures(results):
+    return {(r["table"], r["column"], r["expectation"]): r["unexpected_count"] for r in results if not r["success"]}
+
+
+def test_gate_passes_clean_data():
+    results, quarantine = validate_data(*dataset(), margin=0.5, min_pairs=1)
+    assert failures(results) == {}
+    assert quarantine == []
+    assert summary(results).startswith("all ")
+
+
+def test_gate_fails_on_a_score_of_six():
+    cands, scores, pairs = dataset()
+    pairs[0]["score_chosen"] = 6.0
+    pairs[0]["margin"] = 6.0 - pairs[0]["score_rejected"]
+    results, quarantine = validate_data(cands, scores, pairs, margin=0.5, min_pairs=1)
+    assert failures(results) == {("pairs", "score_chosen", "expect_column_values_to_be_between"): 1}
+    assert [(q["table"], q["row"]) for q in quarantine] == [("pairs", 0)]
+    assert "pairs.score_chosen" in summary(results) and "1 of 3 rows" in summary(results)
+
+
+def test_gate_fails_on_gap_below_margin():
+    cands, scores, pairs = dataset()
+    results, quarantine = validate_data(cands, scores, pairs, margin=1.5, min_pairs=1)  # gaps: 1, 3, 2
+    assert failures(results) == {("pairs", "gap", "expect_column_values_to_be_between"): 1}
+    assert quarantine[0]["record"]["pair_id"] == "0>1"
+    assert quarantine[0]["broken"] == ["expect_column_values_to_be_between(gap)"]
+
+
+def test_gate_catches_broken_scores_and_links():
+    cands, scores, pairs = dataset()
+    scores[1] = copy.deepcopy(scores[1])
+    scores[1]["total_reward"] = 4.5  # not the mean of its dimensions
+    pairs[2]["rejected_id"] = "q1|The Anchor|3"  # an unscored candidate
+    pairs[1]["split"] = "eval"  # q1 now in both splits
+    pairs[0]["rejected"] = pairs[0]["chosen"]
+    results, _ = validate_data(cands, scores, pairs, margin=0.5, min_pairs=10)
+    got = failures(results)
+    assert got[("scores", "total_minus_mean", "expect_column_values_to_be_between")] == 1
+    assert got[("pairs", "ids_linked", "expect_column_values_to_be_in_set")] == 1
+    assert got[("pairs", "splits_of_query", "expect_column_values_to_be_between")] == 3
+    assert got[("pairs", "texts_differ", "expect_column_values_to_be_in_set")] == 1
+    assert ("pairs", None, "expect_table_row_count_to_be_between") in got
