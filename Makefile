@@ -7,7 +7,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro test
+.PHONY: setup repro test ui
 
 setup: $(VENV)/.installed
 
@@ -26,3 +26,7 @@ repro: setup
 
 test: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The experiment tracker for this repository's runs and registry (http://127.0.0.1:5000).
+ui: setup
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000

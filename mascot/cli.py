@@ -12,6 +12,9 @@ STAGES = {
     "score": "mascot.annotate.score",
     "pairs": "mascot.pairs",
     "validate": "mascot.validate.stage",
+    "train_rm": "mascot.reward.train",
+    "train_grpo": "mascot.policy.grpo",
+    "evaluate": "mascot.policy.evaluate",
 }
 
 
@@ -23,6 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in STAGES:
         sub.add_parser(name, help=f"run the `{name}` stage")
+    promote = sub.add_parser("promote", help="the promotion gate (no options), or move an alias by hand")
+    promote.add_argument("--version", help="move the alias to this registered version (promotion or rollback)")
+    promote.add_argument("--alias", default=None, help="which alias (default: promote.alias, e.g. champion)")
+    promote.add_argument("--reason", default="", help="why; recorded as a version tag")
+    probe = sub.add_parser("probe", help="score the fixed probe texts with a registered reward model (round-trip check)")
+    probe.add_argument("--uri", default=None, help="default: models:/<train_rm.registered_model>@<promote.alias>")
     prof = sub.add_parser("profile", help="merge profiles/NAME.yaml into the params file (tiny, real, ...)")
     prof.add_argument("name")
     args = parser.parse_args(argv)
@@ -39,6 +48,21 @@ def main(argv: list[str] | None = None) -> int:
             profile_main(args.name, args.params)
             return 0
         params = load_params(args.params)
+        if args.command == "probe":
+            from mascot.promote import probe_main
+
+            probe_main(params, args.uri)
+            return 0
+        if args.command == "promote":
+            from mascot import promote as promote_mod
+
+            if args.version:
+                if not args.reason:
+                    parser.error("promote --version needs --reason (it is recorded on the version)")
+                promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason)
+            else:
+                promote_mod.main(params)
+            return 0
         importlib.import_module(STAGES[args.command]).main(params)
     except (ConfigError, InputError) as exc:
         print(f"mascot {args.command}: error: {exc}", file=sys.stderr)

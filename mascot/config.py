@@ -101,6 +101,69 @@ class ValidateParams(Block):
     min_scored_fraction: float = Field(0.5, ge=0, le=1)
 
 
+class MlflowParams(Block):
+    # MLFLOW_TRACKING_URI in the environment wins (a team server); default: embedded sqlite in the repo.
+    tracking_uri: str = "sqlite:///mlflow.db"
+    artifact_root: str = "mlartifacts"
+    reward_experiment: str = "mascot-reward-model"
+    policy_experiment: str = "mascot-speaker"
+
+
+class LoraParams(Block):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+class TrainRMParams(Block):
+    base_model: str = "models/base"
+    registered_model: str = "mascot-persona-rm"
+    lora: LoraParams = LoraParams()
+    batch_size: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(4, ge=1)
+    learning_rate: float = Field(1e-5, ge=0)
+    epochs: float = Field(1.0, gt=0)
+    max_length: int = Field(4096, ge=32)
+    eval_steps: int = Field(100, ge=1)
+    save_steps: int = Field(100, ge=1)
+    save_total_limit: int = Field(3, ge=1)
+    use_margin: bool = False  # TRL's margin loss: -logsigmoid(r_c - r_r - margin)
+    seed: int = 0
+
+
+class PromoteParams(Block):
+    alias: str = "champion"
+    challenger_alias: str = "challenger"
+    min_eval_accuracy: float = Field(0.5, ge=0, le=1)
+
+
+class GRPOParams(Block):
+    base_model: str = "models/base"
+    registered_model: str = "mascot-speaker"
+    reward_alias: str = "champion"
+    prompt_style: Literal["transcript", "chat"] = "transcript"
+    lora: LoraParams = LoraParams()
+    num_generations: int = Field(4, ge=2)
+    prompts_per_step: int = Field(2, ge=1)
+    max_completion_length: int = Field(32, ge=1)
+    max_steps: int = Field(8, ge=1)
+    beta: float = Field(0.0, ge=0)
+    learning_rate: float = Field(5e-5, ge=0)
+    temperature: float = Field(0.9, gt=0)
+    reward_weight: float = 1.0
+    format_weight: float = 0.5
+    max_prompts: int | None = Field(None, ge=1)
+    seed: int = 0
+
+
+class EvaluateParams(Block):
+    max_queries: int | None = Field(8, ge=1)
+    max_tokens: int = Field(48, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    seed: int = 0
+
+
 class Params(Block):
     base_model: BaseModelParams = BaseModelParams()
     prepare: PrepareParams
@@ -109,6 +172,11 @@ class Params(Block):
     score: ScoreParams = ScoreParams()
     pairs: PairsParams = PairsParams()
     validate_: ValidateParams = Field(ValidateParams(), alias="validate")
+    mlflow: MlflowParams = MlflowParams()
+    train_rm: TrainRMParams = TrainRMParams()
+    promote: PromoteParams = PromoteParams()
+    grpo: GRPOParams = GRPOParams()
+    evaluate: EvaluateParams = EvaluateParams()
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 

@@ -46,3 +46,15 @@ class Journal:
 
     def close(self) -> None:
         self._fh.close()
+
+    def retain(self, keys: set[str]) -> None:
+        """After a finished stage: keep only the records of the current configuration (atomic rewrite)."""
+        self._fh.close()
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            for key in keys:
+                if key in self.records:
+                    fh.write(json.dumps({"key": key, "record": self.records[key]}, ensure_ascii=False) + "\n")
+        os.replace(tmp, self.path)
+        self.records = {k: v for k, v in self.records.items() if k in keys}
+        self._fh = self.path.open("a", encoding="utf-8")

@@ -116,3 +116,18 @@ def test_parse_json_scores_rejects_out_of_range():
     good["perceived_empathy"]["score"] = 6
     with pytest.raises(JudgeParseError, match="perceived_empathy"):
         parse_json_scores(json.dumps(good))
+
+
+def test_journal_ignores_a_torn_last_line_and_retains_current_keys(tmp_path):
+    j = Journal("x", tmp_path)
+    j.add("a", {"v": 1})
+    j.add("b", {"v": 2})
+    j.flush()
+    j.close()
+    with open(tmp_path / "x.jsonl", "a") as fh:
+        fh.write('{"key": "c", "record": {"v"')  # a write cut off by kill -9
+    j = Journal("x", tmp_path)
+    assert j.resumed == 2 and j.get("c") is None
+    j.retain({"b"})
+    j.close()
+    assert Journal("x", tmp_path).records == {"b": {"v": 2}}

@@ -44,7 +44,8 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
 
     work, env = dvc_repo
     first = sh("dvc repro", work, env)
-    assert {"base_model", "prepare", "generate", "score", "pairs", "validate"} <= ran_stages(first)
+    assert ran_stages(first) == {"base_model", "prepare", "generate", "score", "pairs", "validate", "train_rm",
+                                 "promote", "train_grpo", "evaluate"}
     report = json.loads((work / "reports/validation.json").read_text())
     assert report["success"] and report["failed"] == 0
     metrics = sh("dvc metrics show --json", work, env)
@@ -57,11 +58,52 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
     assert ran_stages(second) == set(), second
 
 
+def test_registry_lineage_and_fresh_process_round_trip(dvc_repo):
+    import json
+
+    work, env = dvc_repo
+    sh("dvc repro", work, env)
+    check = r"""
+import json, mlflow
+from mlflow.tracking import MlflowClient
+from mascot.config import load_params
+from mascot.data.personas import load_personas
+from mascot.registry import setup_tracking
+from mascot.reward.scorer import RewardScorer
+from mascot.reward.train import probe_items
+params = load_params()
+setup_tracking(params)
+client = MlflowClient()
+champion = client.get_model_version_by_alias("mascot-persona-rm", "champion")
+scores = RewardScorer.from_registry("models:/mascot-persona-rm@champion").score(probe_items(load_personas("data/personas.yaml")))
+grpo = client.search_model_versions("name='mascot-speaker'")[0]
+run = client.get_run(grpo.run_id)
+open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champion.version), "tags": champion.tags, "scores": scores,
+                  "grpo_rm_version": run.data.params["reward_model_version"],
+                  "grpo_rm_tag": run.data.tags["reward_model_uri"],
+                  "reward_history": [m.value for m in client.get_metric_history(grpo.run_id, "reward")]}))
+"""
+    (work / ".mascot").mkdir(exist_ok=True)
+    (work / ".mascot/check_registry.py").write_text(check)
+    sh("python .mascot/check_registry.py", work, env)
+    out = json.loads((work / ".mascot/check_registry.json").read_text())
+    registered = json.loads((work / "models/reward/registered.json").read_text())
+    assert out["champion"] == registered["version"] == "1"
+    # a fresh process, from the registry: the training process's scores (float32 rounding at most)
+    assert max(abs(a - b) for a, b in zip(out["scores"], registered["probe_scores"])) < 1e-6
+    tags = out["tags"]
+    assert tags["pairs_md5"] and tags["reward_template_hash"] and tags["git_commit"] and "champion_reason" in tags
+    lock = (work / "dvc.lock").read_text()
+    assert tags["pairs_md5"] in lock  # the DVC hash of the pairs the model was trained on
+    assert out["grpo_rm_version"] == "1" and out["grpo_rm_tag"] == "models:/mascot-persona-rm@champion"
+    assert len(out["reward_history"]) == 2
+
+
 def test_changing_margin_reruns_only_pairs_and_validate(dvc_repo):
     work, env = dvc_repo
     sh("dvc repro", work, env)
     params = (work / "params.yaml").read_text()
     params = re.sub(r"score_margin: [0-9.]+", "score_margin: 0.01", params)
     (work / "params.yaml").write_text(params)
-    out = sh("dvc repro", work, env)
+    out = sh("dvc repro validate", work, env)  # the data half; the model half then follows the new pairs
     assert ran_stages(out) == {"pairs", "validate"}, out

@@ -65,6 +65,8 @@ def generate_candidates(queries: list[dict], personas: dict[str, Persona], param
         if journal:
             journal.flush()
     progress.close()
+    if journal:
+        journal.retain({key for *_, key in jobs})
     return [c for *_, key in jobs for c in done[key]["candidates"]]
 
 

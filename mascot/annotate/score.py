@@ -111,6 +111,8 @@ def score_candidates(candidates: list[dict], queries: dict[str, dict], personas:
             journal.flush()
         progress.update(len(chunk))
     progress.close()
+    if journal:
+        journal.retain({key for *_, key in jobs})
     return [done[key] for _, _, key in jobs]
 
 

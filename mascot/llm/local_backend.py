@@ -12,13 +12,24 @@ class LocalBackend:
     def __init__(self, endpoint):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.model_name = endpoint.model
-        self.batch_size = endpoint.batch_size
-        self.tokenizer = AutoTokenizer.from_pretrained(endpoint.model)
+        tokenizer = AutoTokenizer.from_pretrained(endpoint.model)
+        model = AutoModelForCausalLM.from_pretrained(endpoint.model, dtype=getattr(torch, endpoint.dtype))
+        self._setup(model, tokenizer, endpoint.model, endpoint.batch_size)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, name: str, batch_size: int = 8) -> "LocalBackend":
+        """Wrap a model already in memory (e.g. a base model with a merged policy adapter)."""
+        self = cls.__new__(cls)
+        self._setup(model, tokenizer, name, batch_size)
+        return self
+
+    def _setup(self, model, tokenizer, name: str, batch_size: int) -> None:
+        self.model_name, self.batch_size = name, batch_size
+        self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(endpoint.model, dtype=getattr(torch, endpoint.dtype))
+        self.model = model
         self.model.eval()
 
     def close(self) -> None:

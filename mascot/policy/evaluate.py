@@ -1,0 +1,102 @@
+"""The `evaluate` stage: the base policy and the GRPO policy side by side on held-out queries.
+
+Each policy answers the same queries; replies get the champion reward model's score and the data half's
+rubric judge scores. One MLflow run per policy (comparable in `mlflow ui`), and a DVC metrics file.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import fmean
+
+from mascot.annotate.generate import generate_candidates
+from mascot.annotate.rubric import DIMENSIONS
+from mascot.annotate.score import score_candidates
+from mascot.config import GenerateParams
+from mascot.reward.prompt import persona_fields
+
+
+def held_out_queries(queries: list[dict], pairs: list[dict], limit: int | None) -> list[dict]:
+    """Queries GRPO never trained on (its prompts are the eval-split queries), fewest-seen first."""
+    grpo = {p["query_id"] for p in pairs if p["split"] == "eval"}
+    in_pairs = {p["query_id"] for p in pairs}
+    rest = sorted((q for q in queries if q["query_id"] not in grpo), key=lambda q: (q["query_id"] in in_pairs,
+                                                                                     q["query_id"]))
+    return rest[:limit] if limit else rest
+
+
+def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[dict, list[dict]]:
+    gen = GenerateParams(num_agents_per_query=1, prompt_style=params.grpo.prompt_style,
+                         temperature=params.evaluate.temperature, max_tokens=params.evaluate.max_tokens,
+                         seed=params.evaluate.seed)
+    candidates = generate_candidates(queries, personas, gen, backend)
+    by_q = {q["query_id"]: q for q in queries}
+    rm = scorer.score([(persona_fields(personas[c["persona"]]), by_q[c["query_id"]]["context"], c["text"])
+                       for c in candidates])
+    scores = score_candidates(candidates, by_q, personas, params.score, judge)
+    scored = [s for s in scores if s["status"] == "scored"]
+    metrics = {"replies": len(candidates), "rm_mean_score": round(fmean(rm), 4) if rm else None,
+               "judge_scored": len(scored),
+               "judge_total_reward": round(fmean(s["total_reward"] for s in scored), 4) if scored else None,
+               **{f"judge_{d}": round(fmean(s["scores"][d] for s in scored), 4) if scored else None
+                  for d in DIMENSIONS}}
+    replies = [{**c, "rm_score": r, "judge": s} for c, r, s in zip(candidates, rm, scores)]
+    return metrics, replies
+
+
+def load_policy(base_model: str, adapter_dir: str | None):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
+    if adapter_dir:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    return model, tokenizer
+
+
+def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
+         policy_dir: str = "models/policy", metrics_path: str = "metrics/evaluate.json",
+         replies_path: str = "reports/evaluate_replies.jsonl") -> None:
+    import mlflow
+
+    from mascot import registry
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.llm.backend import make_backend
+    from mascot.llm.local_backend import LocalBackend
+    from mascot.reward.scorer import RewardScorer
+
+    registry.setup_tracking(params)
+    exp = registry.experiment_id(params.mlflow.policy_experiment, params.mlflow.artifact_root)
+    personas = load_personas(params.prepare.personas_file)
+    queries = held_out_queries(load_jsonl(queries_path), load_jsonl(pairs_path), params.evaluate.max_queries)
+    rm_name, alias = params.train_rm.registered_model, params.grpo.reward_alias
+    rm_version = registry.alias_version(rm_name, alias)
+    scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
+    judge = make_backend(params.llm.judge)
+    policy = json.loads((Path(policy_dir) / "registered.json").read_text())
+    results, all_replies = {}, []
+    git = registry.git_state()
+    for label, adapter in (("base", None), ("grpo", policy_dir)):
+        model, tokenizer = load_policy(params.grpo.base_model, adapter)
+        backend = LocalBackend.from_model(model, tokenizer, f"{params.grpo.base_model}+{label}",
+                                          params.llm.speaker.batch_size)
+        tags = {**git, "policy": label, "evaluation": "true", "reward_model": rm_name,
+                "reward_model_version": str(rm_version), "queries": str(len(queries))}
+        if label == "grpo":
+            tags.update(policy_model=policy["name"], policy_version=policy["version"])
+        with mlflow.start_run(experiment_id=exp, run_name=f"eval-{label}-{git['git_commit'][:7]}", tags=tags):
+            metrics, replies = evaluate_policy(backend, queries, personas, judge, scorer, params)
+            mlflow.log_params({"evaluate.max_queries": params.evaluate.max_queries,
+                               "evaluate.temperature": params.evaluate.temperature,
+                               "evaluate.max_tokens": params.evaluate.max_tokens, "score.mode": params.score.mode})
+            mlflow.log_metrics({k: v for k, v in metrics.items() if v is not None})
+        results[label] = metrics
+        all_replies += [{"policy": label, **r} for r in replies]
+    write_json(metrics_path, results)
+    write_jsonl(replies_path, all_replies)
+    print(f"evaluate: base rm {results['base']['rm_mean_score']} judge {results['base']['judge_total_reward']} | "
+          f"grpo rm {results['grpo']['rm_mean_score']} judge {results['grpo']['judge_total_reward']}")

@@ -1,0 +1,129 @@
+"""The `train_grpo` stage: TRL's GRPOTrainer on a LoRA speaker policy, rewarded by the reward model the
+registry's alias points at (plus a format reward), tracked and registered in MLflow."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from mascot.annotate.generate import speaker_prompt
+from mascot.config import GRPOParams
+
+
+def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params: GRPOParams) -> list[dict]:
+    """Eval-split queries of the pairs, each with the persona it was paired under."""
+    seen, rows = set(), []
+    for p in pairs:
+        key = (p["query_id"], p["persona"])
+        if p["split"] != "eval" or key in seen:
+            continue
+        seen.add(key)
+        q = queries[p["query_id"]]
+        prompt, _ = speaker_prompt(personas[p["persona"]], q["context"], params.prompt_style)
+        rows.append({"prompt": prompt, "persona": p["persona"], "query_id": p["query_id"],
+                     "context": json.dumps(q["context"])})
+    if not rows:
+        raise ValueError("train_grpo: no eval-split pairs to take prompts from; lower pairs.score_margin or add data")
+    return rows[: params.max_prompts] if params.max_prompts else rows
+
+
+def train_policy(rows: list[dict], scorer, personas: dict, params: GRPOParams, out_dir: Path,
+                 checkpoint_dir: Path) -> dict:
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mascot.policy.rewards import make_format_reward, make_reward_model_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(params.base_model)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    torch.manual_seed(params.seed)
+    model = AutoModelForCausalLM.from_pretrained(params.base_model, dtype=torch.float32)
+    on_gpu = torch.cuda.is_available()
+    config = GRPOConfig(
+        output_dir=str(checkpoint_dir), per_device_train_batch_size=params.prompts_per_step * params.num_generations,
+        num_generations=params.num_generations, max_completion_length=params.max_completion_length,
+        max_steps=params.max_steps, beta=params.beta, learning_rate=params.learning_rate,
+        temperature=params.temperature, reward_weights=[params.reward_weight, params.format_weight],
+        logging_steps=1, save_strategy="no", seed=params.seed, use_cpu=not on_gpu,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
+        dataloader_num_workers=0, disable_dropout=True)
+    lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
+                      lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
+                          reward_funcs=[make_reward_model_reward(scorer, personas), make_format_reward()],
+                          train_dataset=Dataset.from_list(rows), peft_config=lora)
+    trainer.train()
+    shutil.rmtree(out_dir, ignore_errors=True)
+    trainer.model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "mascot_policy.json").write_text(json.dumps({"base_model": params.base_model,
+                                                            "prompt_style": params.prompt_style}, indent=2))
+    history = [h for h in trainer.state.log_history if "reward" in h]
+    return {"history": history}
+
+
+def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
+         out_dir: str = "models/policy", metrics_path: str = "metrics/train_grpo.json",
+         plots_path: str = "plots/train_grpo/rewards.csv") -> None:
+    import csv
+    import os
+
+    import mlflow
+
+    from mascot import registry
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl, write_json
+    from mascot.reward.scorer import RewardScorer
+
+    p: GRPOParams = params.grpo
+    os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
+    registry.setup_tracking(params)
+    exp = registry.experiment_id(params.mlflow.policy_experiment, params.mlflow.artifact_root)
+    rm_name = params.train_rm.registered_model
+    rm_version = registry.alias_version(rm_name, p.reward_alias)
+    if rm_version is None:
+        raise ValueError(f"train_grpo: registered model '{rm_name}' has no alias '{p.reward_alias}'; "
+                         f"run the promote stage or `mascot promote --version N --alias {p.reward_alias}`")
+    rm_uri = f"models:/{rm_name}@{p.reward_alias}"
+    scorer = RewardScorer.from_registry(rm_uri)
+    personas = load_personas(params.prepare.personas_file)
+    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
+    rows = grpo_prompts(queries, load_jsonl(pairs_path), personas, p)
+    lineage = registry.git_state()
+    tags = {**lineage, "reward_model": rm_name, "reward_model_version": rm_version, "reward_model_alias": p.reward_alias,
+            "reward_model_uri": rm_uri, "personas": ",".join(sorted({r["persona"] for r in rows})),
+            "base_model": p.base_model}
+    run_name = f"grpo-{Path(p.base_model).name}-rm-v{rm_version}-lr{p.learning_rate:g}-{lineage['git_commit'][:7]}"
+    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=tags) as run:
+        mlflow.log_params({f"grpo.{k}": v for k, v in p.model_dump().items() if k != "lora"}
+                          | {f"grpo.lora.{k}": v for k, v in p.lora.model_dump().items()}
+                          | {"reward_model": rm_name, "reward_model_version": rm_version, "prompts": len(rows)})
+        result = train_policy(rows, scorer, personas, p, Path(out_dir), Path(".mascot/checkpoints/train_grpo"))
+        history = result["history"]
+        metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": rm_version,
+                   "reward_first_step": history[0]["reward"] if history else None,
+                   "reward_last_step": history[-1]["reward"] if history else None}
+        write_json(metrics_path, metrics)
+        mlflow.log_artifact(metrics_path)
+        mlflow.log_artifacts(out_dir, artifact_path="policy")
+        version = registry.register_version(p.registered_model, run.info.run_id, "policy",
+                                            {**tags, "reward_first_step": metrics["reward_first_step"],
+                                             "reward_last_step": metrics["reward_last_step"]},
+                                            "LoRA speaker policy trained with GRPO")
+    Path(plots_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(plots_path, "w", newline="") as fh:
+        keys = ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean"]
+        writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({k: h.get(k) for k in keys} for h in history)
+    write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
+                                                    "run_id": version.run_id})
+    print(f"train_grpo: {metrics['steps']} steps, reward {metrics['reward_first_step']} -> "
+          f"{metrics['reward_last_step']}, reward model {rm_name} v{rm_version} ({rm_uri}); "
+          f"registered {version.name} v{version.version}")

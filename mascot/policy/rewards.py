@@ -1,0 +1,38 @@
+"""Reward functions for GRPO: the registered reward model (through the one reward prompt function) and a
+format reward. Both read the persona and the dialogue from the dataset's own columns."""
+from __future__ import annotations
+
+import json
+import re
+
+from mascot.reward.prompt import persona_fields
+
+
+def first_line(completion: str) -> str:
+    """Speaker replies are one line: a base model keeps writing the next turns after it."""
+    return completion.strip().split("\n", 1)[0].strip()
+
+
+def format_score(completion: str, persona_name: str) -> float:
+    """1.0 for a clean one-line reply of 3-60 words that neither plays the user nor names itself."""
+    line = first_line(completion)
+    words = len(line.split())
+    if not 3 <= words <= 60:
+        return 0.0
+    if re.match(r"^(Person|User)\s*:", line) or persona_name.lower() + ":" in line.lower():
+        return 0.0
+    return 1.0 if "\n" not in completion.strip() or completion.strip().split("\n", 1)[1].strip() == "" else 0.5
+
+
+def make_reward_model_reward(scorer, personas: dict):
+    def reward_model(prompts, completions, persona, context, **_) -> list[float]:
+        items = [(persona_fields(personas[p]), json.loads(c), first_line(done))
+                 for p, c, done in zip(persona, context, completions)]
+        return scorer.score(items)
+    return reward_model
+
+
+def make_format_reward():
+    def format_reward(prompts, completions, persona, **_) -> list[float]:
+        return [format_score(c, p) for c, p in zip(completions, persona)]
+    return format_reward

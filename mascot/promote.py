@@ -1,0 +1,93 @@
+"""The `promote` stage and `mascot promote`: move the `champion` alias only through the gate.
+
+The stage measures the new version and the current champion on the same eval pairs, each loaded from the
+registry (which also proves the round trip: the new version's probe scores must equal those computed in
+training), then moves `champion` or gives the new version `challenger`. By hand, `mascot promote
+--version N --reason ...` moves an alias to any version (promotion or rollback), recorded the same way.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mascot import registry
+from mascot.io import load_jsonl, write_json
+from mascot.reward.evaluation import pair_metrics
+from mascot.reward.prompt import persona_fields
+from mascot.reward.scorer import RewardScorer
+from mascot.reward.train import probe_items
+
+ROUNDTRIP_TOLERANCE = 1e-4
+
+
+def measure(scorer: RewardScorer, pairs: list[dict], personas: dict) -> dict:
+    def items(side):
+        return [(persona_fields(personas[p["persona"]]), [m for m in p["prompt"] if m["role"] != "system"],
+                 p[side][-1]["content"]) for p in pairs]
+    return pair_metrics(pairs, scorer.score(items("chosen")), scorer.score(items("rejected")))
+
+
+def main(params, registered_path: str = "models/reward/registered.json", pairs_path: str = "data/pairs.jsonl",
+         metrics_path: str = "metrics/promote.json") -> None:
+    from mascot.data.personas import load_personas
+
+    registry.setup_tracking(params)
+    p = params.promote
+    new = json.loads(Path(registered_path).read_text())
+    name, version = new["name"], new["version"]
+    personas = load_personas(params.prepare.personas_file)
+    eval_pairs = [x for x in load_jsonl(pairs_path) if x["split"] == "eval"]
+
+    new_scorer = RewardScorer.from_registry(f"models:/{name}/{version}")
+    probe = new_scorer.score(probe_items(personas))
+    drift = max(abs(a - b) for a, b in zip(probe, new["probe_scores"]))
+    if drift > ROUNDTRIP_TOLERANCE:
+        raise RuntimeError(f"{name} v{version}: registry copy scores differ from training by {drift:.2e}; "
+                           "refusing to promote a model that does not reload as trained")
+    new_metrics = measure(new_scorer, eval_pairs, personas)
+    champion_version = registry.alias_version(name, p.alias)
+    champion_metrics = None
+    if champion_version is not None and champion_version != version:
+        champion_metrics = measure(RewardScorer.from_registry(f"models:/{name}@{p.alias}"), eval_pairs, personas)
+    promoted, reason = registry.decide_promotion(new_metrics, champion_metrics, p.min_eval_accuracy)
+    figures = {"eval_pairs": len(eval_pairs), "accuracy": new_metrics["accuracy"],
+               "mean_margin": new_metrics["mean_margin"], "compared_with_version": champion_version,
+               "champion_accuracy": champion_metrics and champion_metrics["accuracy"],
+               "champion_mean_margin": champion_metrics and champion_metrics["mean_margin"]}
+    alias = p.alias if promoted else p.challenger_alias
+    registry.set_alias(name, alias, version, reason, figures)
+    result = {"version": version, "promoted": promoted, "alias": alias, "reason": reason,
+              "champion_version": version if promoted else champion_version,
+              "roundtrip_max_abs_diff": drift, **{f"new_{k}": v for k, v in new_metrics.items()},
+              **({f"champion_{k}": v for k, v in champion_metrics.items()} if champion_metrics else {})}
+    write_json(metrics_path, result)
+    print(f"promote: {name} v{version} -> @{alias}: {reason}")
+
+
+def promote_by_hand(params, version: str, alias: str, reason: str) -> None:
+    registry.setup_tracking(params)
+    name = params.train_rm.registered_model
+    previous = registry.alias_version(name, alias)
+    registry.set_alias(name, alias, version, f"by hand: {reason}", {"previous_version": previous})
+    print(f"promote: {name} @{alias}: v{previous} -> v{version} ({reason})")
+
+
+def probe_main(params, uri: str | None = None) -> None:
+    """Score the probe texts with a registry model in this (fresh) process, beside the scores the training
+    process computed (kept on the version as the `probe_scores` tag)."""
+    from mlflow.tracking import MlflowClient
+
+    from mascot.data.personas import load_personas
+
+    registry.setup_tracking(params)
+    name = params.train_rm.registered_model
+    uri = uri or f"models:/{name}@{params.promote.alias}"
+    ref = uri.split("/", 1)[1]
+    client = MlflowClient()
+    mv = (client.get_model_version_by_alias(name, ref.split("@", 1)[1]) if "@" in ref
+          else client.get_model_version(name, ref.split("/", 1)[1]))
+    scores = RewardScorer.from_registry(uri).score(probe_items(load_personas(params.prepare.personas_file)))
+    trained = json.loads(mv.tags.get("probe_scores", "null"))
+    print(json.dumps({"uri": uri, "version": str(mv.version), "scores_now": scores, "scores_in_training": trained,
+                      "max_abs_diff": max(abs(a - b) for a, b in zip(scores, trained)) if trained else None},
+                     indent=2))

@@ -1,0 +1,123 @@
+"""MLflow: tracking set-up, lineage tags, registering adapter versions, aliases and the promotion gate.
+
+MLflow 3 notes that shaped this: the file store refuses to start (sqlite instead); `register_model` on a
+plain folder fails and leaves an empty model behind, so versions are created from the run's artifact URI
+with `create_model_version`; experiments get an explicit artifact location.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+
+def setup_tracking(params) -> str:
+    """Point MLflow at the environment's server if set, else the embedded sqlite store of params."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or params.mlflow.tracking_uri
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(os.environ.get("MLFLOW_REGISTRY_URI") or uri)
+    return uri
+
+
+def experiment_id(name: str, artifact_root: str) -> str:
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = Path(artifact_root).resolve() / name
+    return mlflow.create_experiment(name, artifact_location=location.as_uri())
+
+
+def file_md5(path: str | Path) -> str:
+    """The same md5 DVC records for a file out, so a run can be matched to `dvc.lock`."""
+    h = hashlib.md5()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def git_state() -> dict[str, str]:
+    def git(*args) -> str:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"git_commit": commit, "git_dirty": str(dirty).lower()}
+
+
+def lineage_tags(pairs_path: str | Path, base_model: str, template_hash: str) -> dict[str, str]:
+    return {**git_state(), "pairs_md5": file_md5(pairs_path), "pairs_path": str(pairs_path),
+            "base_model": base_model, "reward_template_hash": template_hash}
+
+
+@dataclass(frozen=True)
+class Version:
+    name: str
+    version: str
+    run_id: str
+
+
+def register_version(name: str, run_id: str, artifact_path: str, tags: dict[str, str],
+                     description: str = "") -> Version:
+    client = MlflowClient()
+    try:
+        client.create_registered_model(name, description=description)
+    except MlflowException as exc:
+        if "already exists" not in str(exc).lower() and "RESOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+    source = f"{client.get_run(run_id).info.artifact_uri}/{artifact_path}"
+    mv = client.create_model_version(name, source=source, run_id=run_id,
+                                     tags={k: str(v) for k, v in tags.items()})
+    for _ in range(60):
+        if client.get_model_version(name, mv.version).status == "READY":
+            break
+        time.sleep(0.5)
+    return Version(name, str(mv.version), run_id)
+
+
+def alias_version(name: str, alias: str) -> str | None:
+    try:
+        return str(MlflowClient().get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
+def decide_promotion(new: dict, champion: dict | None, min_accuracy: float) -> tuple[bool, str]:
+    """The gate on eval pairs: accuracy at least `min_accuracy`, and not worse than the current champion on
+    the same pairs (accuracy first; on a tie, the mean margin decides). `new`/`champion` hold
+    `accuracy` and `mean_margin`."""
+    acc = new.get("accuracy")
+    if acc is None:
+        return False, "no eval pairs to measure accuracy on"
+    if acc < min_accuracy:
+        return False, f"eval accuracy {acc:.4f} is below the threshold {min_accuracy:.4f}"
+    if champion is None:
+        return True, f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f}; no champion yet"
+    c_acc = champion["accuracy"]
+    if acc < c_acc:
+        return False, f"eval accuracy {acc:.4f} is worse than the champion's {c_acc:.4f} on the same eval pairs"
+    if acc == c_acc and new["mean_margin"] < champion["mean_margin"]:
+        return False, (f"eval accuracy ties the champion's ({acc:.4f}) and its mean margin "
+                       f"{new['mean_margin']:.4f} is below the champion's {champion['mean_margin']:.4f}")
+    return True, (f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f} and not worse than the champion "
+                  f"({c_acc:.4f}, margin {champion['mean_margin']:.4f})")
+
+
+def set_alias(name: str, alias: str, version: str, reason: str, figures: dict[str, object]) -> None:
+    """Move `alias` to `version`, recording why and with which figures as version tags."""
+    client = MlflowClient()
+    client.set_registered_model_alias(name, alias, version)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    client.set_model_version_tag(name, version, f"{alias}_since", stamp)
+    client.set_model_version_tag(name, version, f"{alias}_reason", reason)
+    for key, value in figures.items():
+        client.set_model_version_tag(name, version, f"{alias}_{key}", str(value))

@@ -1,0 +1,170 @@
+"""The `train_rm` stage: a LoRA scalar reward model trained with TRL's RewardTrainer, tracked in MLflow
+and registered as a new version of the registered model."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from mascot.config import TrainRMParams
+from mascot.reward.prompt import TEMPLATE_HASH, persona_fields, reward_input_ids
+from mascot.reward.scorer import META_FILE, RewardScorer, load_base_classifier
+
+# Fixed texts scored at the end of training and again after a registry round trip: equal scores prove the
+# registered adapter (score head included) is the trained one.
+PROBES = [
+    ("I can't sleep before my exam tomorrow.", "That sounds exhausting, and it makes sense to feel wound up tonight."),
+    ("My dog died this morning.", "Get a new one."),
+    ("I got the job!", "What made you decide to apply in the first place?"),
+]
+
+
+def probe_items(personas: dict) -> list[tuple[dict, list[dict], str]]:
+    first = persona_fields(next(iter(personas.values())))
+    return [(first, [{"role": "user", "content": u}], r) for u, r in PROBES]
+
+
+def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int) -> tuple[list[dict], int]:
+    rows, cut = [], 0
+    for p in pairs:
+        persona = persona_fields(personas[p["persona"]])
+        context = [m for m in p["prompt"] if m["role"] != "system"]
+        chosen, c_cut = reward_input_ids(tokenizer, persona, context, p["chosen"][-1]["content"], max_length)
+        rejected, r_cut = reward_input_ids(tokenizer, persona, context, p["rejected"][-1]["content"], max_length)
+        cut += c_cut or r_cut
+        rows.append({"chosen_ids": chosen, "rejected_ids": rejected, "margin": float(p["margin"])})
+    return rows, cut
+
+
+def check_score_head(adapter_dir: Path) -> list[str]:
+    """The score head must travel with the adapter, or a reload scores with a random head."""
+    from safetensors import safe_open
+
+    with safe_open(adapter_dir / "adapter_model.safetensors", "pt") as f:
+        keys = [k for k in f.keys() if ".score." in k or k.endswith("score.weight")]
+    if not keys:
+        raise RuntimeError(f"{adapter_dir}: adapter_model.safetensors has no score-head weights; "
+                           "add 'score' to modules_to_save")
+    return keys
+
+
+def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams, out_dir: Path,
+                       checkpoint_dir: Path) -> dict:
+    """Train on the train split, evaluate on the eval split, save the adapter to `out_dir`."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+    from trl import RewardConfig, RewardTrainer
+
+    from mascot.reward.evaluation import pair_metrics
+
+    train_pairs = [p for p in pairs if p["split"] == "train"]
+    eval_pairs = [p for p in pairs if p["split"] == "eval"]
+    if not train_pairs:
+        raise ValueError("train_rm: the pairs file has no train-split pairs; lower pairs.score_margin or add data")
+    tokenizer = AutoTokenizer.from_pretrained(params.base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_rows, train_cut = tokenize_pairs(train_pairs, personas, tokenizer, params.max_length)
+    eval_rows, eval_cut = tokenize_pairs(eval_pairs, personas, tokenizer, params.max_length)
+    if not params.use_margin:
+        for row in train_rows + eval_rows:
+            row.pop("margin")
+
+    torch.manual_seed(params.seed)
+    model = load_base_classifier(params.base_model, tokenizer)
+    on_gpu = torch.cuda.is_available()
+    lora = LoraConfig(task_type="SEQ_CLS", r=params.lora.r, lora_alpha=params.lora.alpha,
+                      lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules),
+                      modules_to_save=["score"])
+    config = RewardConfig(
+        output_dir=str(checkpoint_dir), per_device_train_batch_size=params.batch_size,
+        per_device_eval_batch_size=params.batch_size, gradient_accumulation_steps=params.gradient_accumulation_steps,
+        learning_rate=params.learning_rate, num_train_epochs=params.epochs, max_length=None,
+        eval_strategy="steps" if eval_rows else "no", eval_steps=params.eval_steps, save_steps=params.save_steps,
+        save_total_limit=params.save_total_limit, logging_steps=1, seed=params.seed,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,
+        disable_dropout=False,  # keep the configured lora_dropout (TRL's default zeroes it)
+        report_to=["mlflow"], dataloader_num_workers=0, remove_unused_columns=True)
+    trainer = RewardTrainer(model=model, args=config, processing_class=tokenizer,
+                            train_dataset=Dataset.from_list(train_rows),
+                            eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora)
+    result = trainer.train()
+    shutil.rmtree(out_dir, ignore_errors=True)
+    trainer.model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    head_keys = check_score_head(out_dir)
+    (out_dir / META_FILE).write_text(json.dumps({
+        "base_model": params.base_model, "max_length": params.max_length, "template_hash": TEMPLATE_HASH,
+        "num_labels": 1, "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
+
+    scorer = RewardScorer(trainer.model, tokenizer, params.max_length, batch_size=params.batch_size)
+    chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
+    rejected = scorer.score_ids([r["rejected_ids"] for r in eval_rows])
+    metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected).items()}
+    metrics.update(train_pairs=len(train_rows), eval_pairs=len(eval_rows), cut_pairs=train_cut + eval_cut,
+                   train_loss=round(result.training_loss, 6), train_steps=result.global_step,
+                   score_head_tensors=len(head_keys))
+    return {"metrics": metrics, "chosen_scores": chosen, "rejected_scores": rejected,
+            "probe_scores": scorer.score(probe_items(personas)), "log_history": trainer.state.log_history}
+
+
+def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/reward",
+         metrics_path: str = "metrics/train_rm.json", plots_dir: str = "plots/train_rm") -> None:
+    import os
+
+    import mlflow
+
+    from mascot import registry
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.reward.evaluation import plot_distributions
+
+    p: TrainRMParams = params.train_rm
+    os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")  # our own artifacts: the adapter, once
+    registry.setup_tracking(params)
+    exp = registry.experiment_id(params.mlflow.reward_experiment, params.mlflow.artifact_root)
+    pairs, personas = load_jsonl(pairs_path), load_personas(params.prepare.personas_file)
+    lineage = registry.lineage_tags(pairs_path, p.base_model, TEMPLATE_HASH)
+    run_name = f"rm-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-{lineage['git_commit'][:7]}"
+    out, plots = Path(out_dir), Path(plots_dir)
+    plots.mkdir(parents=True, exist_ok=True)
+    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=lineage) as run:
+        mlflow.log_params({f"train_rm.{k}": v for k, v in p.model_dump().items() if k != "lora"}
+                          | {f"train_rm.lora.{k}": v for k, v in p.lora.model_dump().items()}
+                          | {"pairs.score_margin": params.pairs.score_margin, "score.mode": params.score.mode})
+        result = train_reward_model(pairs, personas, p, out, Path(".mascot/checkpoints/train_rm"))
+        metrics = result["metrics"]
+        mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        plot_distributions(result["chosen_scores"], result["rejected_scores"], plots / "reward_distributions.png")
+        write_json(metrics_path, {**metrics, "probe_scores": result["probe_scores"]})
+        mlflow.log_artifact(metrics_path)
+        mlflow.log_artifact(str(plots / "reward_distributions.png"))
+        mlflow.log_artifacts(str(out), artifact_path="reward_model")
+        tags = {**lineage, **{k: v for k, v in metrics.items() if k.startswith("eval_") and v is not None},
+                "probe_scores": json.dumps(result["probe_scores"])}
+        version = registry.register_version(p.registered_model, run.info.run_id, "reward_model", tags,
+                                            "LoRA persona reward model (sequence classification, one label)")
+    write_json(out / "registered.json", {"name": version.name, "version": version.version, "run_id": version.run_id,
+                                         "probe_scores": result["probe_scores"]})
+    write_curves(result["log_history"], plots)
+    write_jsonl(plots / "eval_scores.jsonl", [{"chosen": c, "rejected": r} for c, r in
+                                              zip(result["chosen_scores"], result["rejected_scores"])])
+    print(f"train_rm: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "
+          f"on {metrics['eval_pairs']} pairs; registered {version.name} v{version.version} (run {version.run_id})")
+
+
+def write_curves(log_history: list[dict], plots: Path) -> None:
+    """Per-step training and eval curves as CSV for `dvc plots`."""
+    import csv
+
+    series = {"train_curve.csv": ("loss", "accuracy", "margin", "learning_rate"),
+              "eval_curve.csv": ("eval_loss", "eval_accuracy", "eval_margin")}
+    for name, keys in series.items():
+        rows = [h for h in log_history if keys[0] in h]
+        with open(plots / name, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["step", *keys], extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows({"step": h["step"], **{k: h.get(k) for k in keys}} for h in rows)

@@ -1,0 +1,71 @@
+import json
+
+import pytest
+
+from mascot.config import GRPOParams, LoraParams
+from mascot.policy.evaluate import held_out_queries
+from mascot.policy.grpo import grpo_prompts, train_policy
+from mascot.policy.rewards import first_line, format_score, make_reward_model_reward
+
+
+def test_format_reward():
+    assert format_score(" I hear you, that sounds hard.\n", "The Anchor") == 1.0
+    assert format_score("I hear you, that sounds hard.\nPerson: thanks", "The Anchor") == 0.5
+    assert format_score("Person: I am the user now", "The Anchor") == 0.0
+    assert format_score("ok", "The Anchor") == 0.0
+    assert format_score("Well, The Anchor: says hello to you", "The Anchor") == 0.0
+    assert first_line("  hello there\nmore") == "hello there"
+
+
+class RecordingScorer:
+    def __init__(self):
+        self.items = []
+
+    def score(self, items):
+        self.items += items
+        return [float(len(reply)) for _, _, reply in items]
+
+
+def test_reward_model_reward_uses_columns_and_first_line(personas):
+    scorer = RecordingScorer()
+    fn = make_reward_model_reward(scorer, personas)
+    ctx = json.dumps([{"role": "user", "content": "hi"}])
+    out = fn(["p"], ["abc\nPerson: more"], persona=["The Beacon"], context=[ctx])
+    assert out == [3.0]
+    persona, context, reply = scorer.items[0]
+    assert persona["name"] == "The Beacon" and context == [{"role": "user", "content": "hi"}] and reply == "abc"
+
+
+def pairs_and_queries():
+    queries = {f"q{i}": {"query_id": f"q{i}", "context": [{"role": "user", "content": f"help {i}"}]} for i in range(4)}
+    pairs = [{"query_id": "q0", "persona": "The Anchor", "split": "eval"},
+             {"query_id": "q0", "persona": "The Anchor", "split": "eval"},
+             {"query_id": "q1", "persona": "The Beacon", "split": "train"},
+             {"query_id": "q2", "persona": "Action Guide", "split": "eval"}]
+    return queries, pairs
+
+
+def test_grpo_prompts_are_eval_queries_once(personas):
+    queries, pairs = pairs_and_queries()
+    rows = grpo_prompts(queries, pairs, personas, GRPOParams())
+    assert [(r["query_id"], r["persona"]) for r in rows] == [("q0", "The Anchor"), ("q2", "Action Guide")]
+    assert rows[0]["prompt"].endswith("Person: help 0\nThe Anchor:")
+    held = held_out_queries(list(queries.values()), pairs, None)
+    assert [q["query_id"] for q in held] == ["q3", "q1"]  # never in pairs first; GRPO's queries excluded
+
+
+def test_grpo_trains_lora_policy(tiny_model_dir, personas, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    import mlflow
+    from safetensors.torch import load_file
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    queries, pairs = pairs_and_queries()
+    params = GRPOParams(base_model=str(tiny_model_dir), num_generations=2, max_completion_length=6, max_steps=2,
+                        learning_rate=1e-2, lora=LoraParams(r=4, alpha=8))
+    rows = grpo_prompts(queries, pairs, personas, params)
+    with mlflow.start_run():
+        result = train_policy(rows, RecordingScorer(), personas, params, tmp_path / "policy", tmp_path / "ckpt")
+    assert len(result["history"]) == 2 and all("reward" in h for h in result["history"])
+    weights = load_file(tmp_path / "policy/adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)  # B starts at zero: it moved

@@ -1,0 +1,80 @@
+"""The promotion gate against a real MLflow registry (sqlite in a temp folder)."""
+import json
+import shutil
+
+import pytest
+import yaml
+
+from tests.test_reward import make_pairs
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch, repo_root, tiny_model_dir, personas):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["prepare"]["personas_file"] = str(repo_root / "data/personas.yaml")
+    raw["train_rm"].update(base_model=str(tiny_model_dir), batch_size=2, learning_rate=5e-3, epochs=3,
+                           max_length=512, eval_steps=50, lora={"r": 4, "alpha": 8})
+    raw["promote"]["min_eval_accuracy"] = 0.0  # so that the comparison with the champion decides
+    raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "artifact_root": str(tmp_path / "art")}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "data/pairs.jsonl", "w") as fh:
+        for p in make_pairs(personas, 16):
+            fh.write(json.dumps(p) + "\n")
+    from mascot.config import load_params
+
+    return tmp_path, load_params(tmp_path / "params.yaml")
+
+
+def negate_score_head(adapter_dir):
+    from safetensors.torch import load_file, save_file
+
+    path = adapter_dir / "adapter_model.safetensors"
+    weights = load_file(path)
+    save_file({k: (-v if ".score." in k else v) for k, v in weights.items()}, path)
+
+
+def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from mascot import promote, registry
+    from mascot.reward import train
+    from mascot.reward.scorer import RewardScorer
+
+    tmp, params = workspace
+    train.main(params)
+    promote.main(params)
+    first = json.loads((tmp / "metrics/promote.json").read_text())
+    assert first["promoted"] and first["alias"] == "champion" and first["new_accuracy"] > 0.5
+
+    # A deliberately worse model: the same adapter with its score head negated, registered as v2.
+    worse = tmp / "worse"
+    shutil.copytree(tmp / "models/reward", worse)
+    negate_score_head(worse)
+    probes = RewardScorer.from_dir(worse).score(train.probe_items(personas))
+    registry.setup_tracking(params)
+    with mlflow.start_run() as run:
+        mlflow.log_artifacts(str(worse), artifact_path="reward_model")
+        v2 = registry.register_version("mascot-persona-rm", run.info.run_id, "reward_model", {"note": "negated"})
+    (tmp / "models/reward/registered.json").write_text(json.dumps({"name": v2.name, "version": v2.version,
+                                                                    "probe_scores": probes}))
+    promote.main(params)
+    second = json.loads((tmp / "metrics/promote.json").read_text())
+    client = MlflowClient()
+    assert not second["promoted"] and second["alias"] == "challenger"
+    assert "worse than the champion" in second["reason"]
+    assert str(client.get_model_version_by_alias("mascot-persona-rm", "champion").version) == "1"
+    assert str(client.get_model_version_by_alias("mascot-persona-rm", "challenger").version) == "2"
+    tags = client.get_model_version("mascot-persona-rm", "2").tags
+    assert tags["challenger_compared_with_version"] == "1" and float(tags["challenger_champion_accuracy"]) > 0.5
+
+    # By hand: roll champion to v2 and back, each recorded.
+    promote.promote_by_hand(params, "2", "champion", "test rollout")
+    assert str(client.get_model_version_by_alias("mascot-persona-rm", "champion").version) == "2"
+    promote.promote_by_hand(params, "1", "champion", "rollback")
+    assert str(client.get_model_version_by_alias("mascot-persona-rm", "champion").version) == "1"
+    assert client.get_model_version("mascot-persona-rm", "1").tags["champion_reason"] == "by hand: rollback"

@@ -1,0 +1,94 @@
+import json
+
+import pytest
+import torch
+
+from mascot.config import LoraParams, TrainRMParams
+from mascot.reward.evaluation import pair_metrics
+from mascot.reward.prompt import CUT_MARK, TEMPLATE_HASH, persona_fields, render, reward_input_ids
+from mascot.reward.scorer import RewardScorer
+from mascot.reward.train import check_score_head, train_reward_model
+from mascot.registry import decide_promotion
+
+
+def make_pairs(personas, n=12):
+    pairs = []
+    names = list(personas)
+    for i in range(n):
+        persona = names[(i // 4) % len(names)]  # every persona in both splits
+        pairs.append({
+            "pair_id": f"p{i}", "query_id": f"q{i}", "persona": persona, "split": "eval" if i % 4 == 0 else "train",
+            "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": f"I feel sad about thing {i}."}],
+            "chosen": [{"role": "assistant", "content": "That sounds hard, I hear you."}],
+            "rejected": [{"role": "assistant", "content": "Whatever."}],
+            "score_chosen": 4.0, "score_rejected": 2.0 + (i % 3) * 0.5, "margin": 2.0 - (i % 3) * 0.5})
+    return pairs
+
+
+def test_reward_input_cuts_context_from_the_left_keeping_the_reply(tiny_model_dir, personas):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    persona = persona_fields(personas["The Anchor"])
+    context = [{"role": "user", "content": f"old turn {i} " * 30} for i in range(4)] + \
+              [{"role": "user", "content": "the last thing I said"}]
+    full, cut = reward_input_ids(tok, persona, context, "my reply", 100000)
+    assert not cut and full[-1] == tok.eos_token_id
+    short, cut = reward_input_ids(tok, persona, context, "my reply", len(full) // 2)
+    assert cut and len(short) <= len(full) // 2
+    text = tok.decode(short)
+    assert text.rstrip().endswith("my reply" + tok.eos_token) or "my reply" in text
+    assert CUT_MARK.strip() in text and "the last thing I said" in text and "old turn 0" not in text
+    with pytest.raises(ValueError, match="raise train_rm.max_length"):
+        reward_input_ids(tok, persona, context, "my reply", 10)
+
+
+def test_pair_metrics_buckets():
+    pairs = [{"margin": 0.1}, {"margin": 0.3}, {"margin": 2.0}, {"margin": 2.5}]
+    m = pair_metrics(pairs, [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0])
+    assert m["accuracy"] == 0.5 and m["gap_0_0.25_accuracy"] == 1.0 and m["gap_0.25_0.5_accuracy"] == 0.0
+    assert m["gap_1_5_pairs"] == 2 and m["gap_1_5_accuracy"] == 0.5 and m["gap_0.5_1_accuracy"] is None
+
+
+def test_promotion_gate():
+    def m(acc, margin=0.1):
+        return {"accuracy": acc, "mean_margin": margin}
+    assert decide_promotion(m(0.7), None, 0.5)[0]
+    assert decide_promotion(m(0.7), m(0.6), 0.5)[0]
+    assert decide_promotion(m(0.7, 0.2), m(0.7, 0.1), 0.5)[0]
+    ok, why = decide_promotion(m(0.7, 0.05), m(0.7, 0.1), 0.5)
+    assert not ok and "ties the champion" in why
+    ok, why = decide_promotion(m(0.6), m(0.7), 0.5)
+    assert not ok and "worse than the champion" in why
+    ok, why = decide_promotion(m(0.4), None, 0.5)
+    assert not ok and "below the threshold" in why
+    assert not decide_promotion(m(None), None, 0.0)[0]
+
+
+def test_train_changes_lora_and_head_and_reloads_identically(tiny_model_dir, personas, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")  # HF's callback logs here
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    params = TrainRMParams(base_model=str(tiny_model_dir), batch_size=2, gradient_accumulation_steps=1,
+                           learning_rate=5e-3, epochs=2, max_length=512, eval_steps=2, save_steps=1000,
+                           lora=LoraParams(r=4, alpha=8))
+    out = tmp_path / "rm"
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    with mlflow.start_run():
+        result = train_reward_model(make_pairs(personas), personas, params, out, tmp_path / "ckpt")
+    m = result["metrics"]
+    assert m["train_pairs"] == 9 and m["eval_pairs"] == 3 and m["cut_pairs"] == 0
+    assert m["train_steps"] == 10 and m["eval_accuracy"] is not None
+    weights = load_file(out / "adapter_model.safetensors")
+    assert check_score_head(out)
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # LoRA B starts at zero: it really trained
+    # reload from the folder in this process: identical probe scores
+    again = RewardScorer.from_dir(out)
+    from mascot.reward.train import probe_items
+    assert again.score(probe_items(personas)) == pytest.approx(result["probe_scores"], abs=1e-5)
+    # the easy preference (empathetic vs dismissive) is learned on train pairs
+    assert m["eval_mean_margin"] > 0
