@@ -1,0 +1,109 @@
+"""The OpenAI-compatible client against a local stand-in server (unit level; the real vLLM server is
+exercised by the serving integration tests)."""
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from mascot.config import LLMEndpoint
+from mascot.llm.backend import SampleRequest
+from mascot.llm.openai_backend import OpenAIBackend, ServerError
+
+
+class StandIn(BaseHTTPRequestHandler):
+    bodies: list = []
+    fail_first: int = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append((self.path, body))
+        if type(self).fail_first > 0:
+            type(self).fail_first -= 1
+            self.send_response(503)
+            self.end_headers()
+            return
+        usage = {"prompt_tokens": 5, "completion_tokens": 3 * body.get("n", 1), "total_tokens": 8}
+        if body.get("logprobs"):
+            top = {"1": math.log(0.1), "2": math.log(0.2), "3": math.log(0.4), "4": math.log(0.2), "5": math.log(0.1)}
+            choice = {"index": 0, "text": "3", "finish_reason": "length",
+                      "logprobs": {"tokens": ["3"], "token_logprobs": [math.log(0.4)], "top_logprobs": [top],
+                                   "text_offset": [0]}}
+            resp = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"],
+                    "choices": [choice], "usage": usage}
+        elif self.path.endswith("/chat/completions"):
+            resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "usage": usage,
+                    "choices": [{"index": i, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": f" reply {i} "}} for i in range(body["n"])]}
+        else:
+            resp = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"], "usage": usage,
+                    "choices": [{"index": i, "text": " text", "finish_reason": "stop", "logprobs": None}
+                                for i in range(body.get("n", 1))]}
+        data = json.dumps(resp).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def server():
+    StandIn.bodies, StandIn.fail_first = [], 0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+
+
+def backend(url, **kw):
+    return OpenAIBackend(LLMEndpoint(backend="openai", model="m", base_url=url, **kw))
+
+
+def test_n_samples_in_one_request_chat_and_text(server):
+    out = backend(server).sample([SampleRequest([{"role": "user", "content": "hi"}], n=3, seed=5),
+                                  SampleRequest("Person: hi\nThe Anchor:", n=2, stop=("\n",))])
+    assert [len(o) for o in out] == [3, 2] and out[0][1].text == "reply 1"
+    paths = sorted(p for p, _ in StandIn.bodies)
+    assert paths == ["/v1/chat/completions", "/v1/completions"]  # one request per prompt, n inside it
+    chat = next(b for p, b in StandIn.bodies if p.endswith("chat/completions"))
+    assert chat["n"] == 3 and chat["seed"] == 5
+
+
+def test_expected_mode_uses_structured_outputs_choice(server):
+    (dist,) = backend(server).choice_distribution(["Score: "], ["1", "2", "3", "4", "5"])
+    assert dist.probs["3"] == pytest.approx(0.4) and sum(dist.probs.values()) == pytest.approx(1.0)
+    _, body = StandIn.bodies[0]
+    assert body["structured_outputs"] == {"choice": ["1", "2", "3", "4", "5"]} and body["logprobs"] == 5
+    assert "guided_choice" not in body and "guided_json" not in body
+
+
+def test_json_mode_uses_structured_outputs_json_not_guided_json(server):
+    schema = {"type": "object"}
+    backend(server).json_complete(["JSON: "], schema, max_tokens=10)
+    _, body = StandIn.bodies[0]
+    assert body["structured_outputs"] == {"json": schema}
+    assert "guided_json" not in body  # vLLM 0.32 ignores guided_json silently: it must never come back
+
+
+def test_503_is_retried_then_succeeds(server):
+    StandIn.fail_first = 2
+    b = backend(server, max_retries=3)
+    assert b.sample([SampleRequest("x", n=1)])[0][0].text == "text"
+    assert b.stats.retries == 2
+
+
+def test_retries_are_bounded_with_a_clear_error(server):
+    StandIn.fail_first = 10
+    with pytest.raises(ServerError, match="InternalServerError after 2 attempts"):
+        backend(server, max_retries=1).sample([SampleRequest("x", n=1)])
+
+
+def test_connection_refused_is_a_clear_error():
+    with pytest.raises(ServerError, match="127.0.0.1:9/v1: APIConnectionError after 1 attempts"):
+        backend("http://127.0.0.1:9/v1", max_retries=0).sample([SampleRequest("x", n=1)])
