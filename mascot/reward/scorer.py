@@ -55,7 +55,14 @@ class RewardScorer:
 
 def load_base_classifier(base_model: str, tokenizer):
     from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
 
-    model = AutoModelForSequenceClassification.from_pretrained(base_model, num_labels=1, dtype=torch.float32)
+    # The base has no `score` head yet (the adapter brings it): silence the "newly initialized" report.
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(base_model, num_labels=1, dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(previous)
     model.config.pad_token_id = tokenizer.pad_token_id
     return model
