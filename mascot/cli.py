@@ -19,6 +19,11 @@ STAGES = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # its own options; no params.yaml needed
+        from mascot.llm.serve import main as serve_main
+
+        return serve_main(argv[1:])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = argparse.ArgumentParser(prog="mascot", description="MASCOT persona reward-model pipeline")
@@ -32,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     promote.add_argument("--reason", default="", help="why; recorded as a version tag")
     probe = sub.add_parser("probe", help="score the fixed probe texts with a registered reward model (round-trip check)")
     probe.add_argument("--uri", default=None, help="default: models:/<train_rm.registered_model>@<promote.alias>")
+    sub.add_parser("serve", help="start vLLM's OpenAI-compatible server (see `mascot serve --help`)")
     prof = sub.add_parser("profile", help="merge profiles/NAME.yaml into the params file (tiny, real, ...)")
     prof.add_argument("name")
     args = parser.parse_args(argv)
@@ -40,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from mascot.config import ConfigError, load_params
     from mascot.io import InputError
+    from mascot.llm.openai_backend import ServerError
 
     try:
         if args.command == "profile":
@@ -67,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InputError) as exc:
         print(f"mascot {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except ServerError as exc:
+        print(f"mascot {args.command}: error: {exc}\nEvery finished record is kept in the stage's journal "
+              f"(.mascot/resume/); rerun the stage to resume once the server answers.", file=sys.stderr)
+        return 3
     return 0
 
 

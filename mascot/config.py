@@ -56,7 +56,8 @@ class LLMEndpoint(Block):
     api_key_env: str = "OPENAI_API_KEY"
     max_concurrency: int = Field(16, ge=1)
     timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(4, ge=0)
+    max_retries: int = Field(4, ge=0)  # per request, for refused connections, timeouts, 429 and 5xx
+    backoff_s: float = Field(0.5, ge=0)  # first retry delay; doubles each retry (with jitter), capped at 30 s
     batch_size: int = Field(8, ge=1)  # local backend: sequences per forward pass
     dtype: Literal["float32", "bfloat16"] = "float32"
 

@@ -96,3 +96,11 @@ def require(record: dict, field: str, kind: type | tuple[type, ...], where: str)
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise InputError(f"{where}: field '{field}' should be {names}, got {type(value).__name__}")
     return value
+
+
+def require_model_dir(path: str, key: str) -> str:
+    """Local model folders only at run time (no hub downloads): say which key names a missing one."""
+    if not (Path(path) / "config.json").exists() and not (Path(path) / "tokenizer_config.json").exists():
+        raise InputError(f"{key}: '{path}' is not a local model folder; build it with `dvc repro base_model` "
+                         "(or `mascot base_model`), or point the key at a model folder")
+    return path

@@ -35,6 +35,10 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     p = params.promote
     new = json.loads(Path(registered_path).read_text())
     name, version = new["name"], new["version"]
+    state = registry.registration_state(name, version)
+    if state != "complete":
+        raise RuntimeError(f"{name} v{version}: registration is '{state}' (its training run did not finish); "
+                           "rerun train_rm")
     personas = load_personas(params.prepare.personas_file)
     eval_pairs = [x for x in load_jsonl(pairs_path) if x["split"] == "eval"]
 
@@ -67,6 +71,10 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
 def promote_by_hand(params, version: str, alias: str, reason: str) -> None:
     registry.setup_tracking(params)
     name = params.train_rm.registered_model
+    state = registry.registration_state(name, version)
+    if state != "complete":
+        raise RuntimeError(f"{name} v{version}: registration is '{state}'; only completely registered versions "
+                           "can hold an alias")
     previous = registry.alias_version(name, alias)
     registry.set_alias(name, alias, version, f"by hand: {reason}", {"previous_version": previous})
     print(f"promote: {name} @{alias}: v{previous} -> v{version} ({reason})")

@@ -59,6 +59,32 @@ def lineage_tags(pairs_path: str | Path, base_model: str, template_hash: str) ->
             "base_model": base_model, "reward_template_hash": template_hash}
 
 
+REGISTRATION_TAG = "mascot_registration"
+
+
+def mark_complete(name: str, version: str) -> None:
+    MlflowClient().set_model_version_tag(name, version, REGISTRATION_TAG, "complete")
+
+
+def abandon_incomplete(name: str) -> list[str]:
+    """Versions left "incomplete" by a crashed run: tag them abandoned so that nothing ever promotes them."""
+    client = MlflowClient()
+    try:
+        versions = client.search_model_versions(f"name='{name}'")
+    except MlflowException:
+        return []
+    abandoned = []
+    for mv in versions:
+        if mv.tags.get(REGISTRATION_TAG) == "incomplete":
+            client.set_model_version_tag(name, mv.version, REGISTRATION_TAG, "abandoned")
+            abandoned.append(str(mv.version))
+    return abandoned
+
+
+def registration_state(name: str, version: str) -> str:
+    return MlflowClient().get_model_version(name, version).tags.get(REGISTRATION_TAG, "complete")
+
+
 @dataclass(frozen=True)
 class Version:
     name: str
@@ -75,8 +101,10 @@ def register_version(name: str, run_id: str, artifact_path: str, tags: dict[str,
         if "already exists" not in str(exc).lower() and "RESOURCE_ALREADY_EXISTS" not in str(exc):
             raise
     source = f"{client.get_run(run_id).info.artifact_uri}/{artifact_path}"
+    # "incomplete" until the stage that registers it has finished: a crash in between leaves a version that
+    # promotion refuses and the next run marks abandoned, never a champion.
     mv = client.create_model_version(name, source=source, run_id=run_id,
-                                     tags={k: str(v) for k, v in tags.items()})
+                                     tags={**{k: str(v) for k, v in tags.items()}, REGISTRATION_TAG: "incomplete"})
     for _ in range(60):
         if client.get_model_version(name, mv.version).status == "READY":
             break

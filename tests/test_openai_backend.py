@@ -1,67 +1,15 @@
 """The OpenAI-compatible client against a local stand-in server (unit level; the real vLLM server is
 exercised by the serving integration tests)."""
-import json
-import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from mascot.config import LLMEndpoint
 from mascot.llm.backend import SampleRequest
 from mascot.llm.openai_backend import OpenAIBackend, ServerError
-
-
-class StandIn(BaseHTTPRequestHandler):
-    bodies: list = []
-    fail_first: int = 0
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append((self.path, body))
-        if type(self).fail_first > 0:
-            type(self).fail_first -= 1
-            self.send_response(503)
-            self.end_headers()
-            return
-        usage = {"prompt_tokens": 5, "completion_tokens": 3 * body.get("n", 1), "total_tokens": 8}
-        if body.get("logprobs"):
-            top = {"1": math.log(0.1), "2": math.log(0.2), "3": math.log(0.4), "4": math.log(0.2), "5": math.log(0.1)}
-            choice = {"index": 0, "text": "3", "finish_reason": "length",
-                      "logprobs": {"tokens": ["3"], "token_logprobs": [math.log(0.4)], "top_logprobs": [top],
-                                   "text_offset": [0]}}
-            resp = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"],
-                    "choices": [choice], "usage": usage}
-        elif self.path.endswith("/chat/completions"):
-            resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "usage": usage,
-                    "choices": [{"index": i, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": f" reply {i} "}} for i in range(body["n"])]}
-        else:
-            resp = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"], "usage": usage,
-                    "choices": [{"index": i, "text": " text", "finish_reason": "stop", "logprobs": None}
-                                for i in range(body.get("n", 1))]}
-        data = json.dumps(resp).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-@pytest.fixture
-def server():
-    StandIn.bodies, StandIn.fail_first = [], 0
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
+from tests.stand_in import StandIn, server  # noqa: F401  (fixture)
 
 
 def backend(url, **kw):
+    kw.setdefault("backoff_s", 0.01)
     return OpenAIBackend(LLMEndpoint(backend="openai", model="m", base_url=url, **kw))
 
 

@@ -60,6 +60,7 @@ def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
     with mlflow.start_run() as run:
         mlflow.log_artifacts(str(worse), artifact_path="reward_model")
         v2 = registry.register_version("mascot-persona-rm", run.info.run_id, "reward_model", {"note": "negated"})
+    registry.mark_complete(v2.name, v2.version)
     (tmp / "models/reward/registered.json").write_text(json.dumps({"name": v2.name, "version": v2.version,
                                                                     "probe_scores": probes}))
     promote.main(params)
@@ -78,3 +79,31 @@ def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
     promote.promote_by_hand(params, "1", "champion", "rollback")
     assert str(client.get_model_version_by_alias("mascot-persona-rm", "champion").version) == "1"
     assert client.get_model_version("mascot-persona-rm", "1").tags["champion_reason"] == "by hand: rollback"
+
+
+def test_half_registered_version_is_never_promoted(workspace):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from mascot import promote, registry
+    from mascot.reward import train
+
+    tmp, params = workspace
+    train.main(params)
+    promote.main(params)
+    # A crash right after create_model_version: v2 exists, its stage never finished.
+    registry.setup_tracking(params)
+    with mlflow.start_run() as run:
+        mlflow.log_artifacts(str(tmp / "models/reward"), artifact_path="reward_model")
+        v2 = registry.register_version("mascot-persona-rm", run.info.run_id, "reward_model", {})
+    with pytest.raises(RuntimeError, match="registration is 'incomplete'"):
+        promote.promote_by_hand(params, v2.version, "champion", "should be refused")
+    (tmp / "models/reward/registered.json").write_text(json.dumps({"name": v2.name, "version": v2.version,
+                                                                    "probe_scores": []}))
+    with pytest.raises(RuntimeError, match="did not finish"):
+        promote.main(params)
+    client = MlflowClient()
+    assert str(client.get_model_version_by_alias("mascot-persona-rm", "champion").version) == "1"
+    assert registry.abandon_incomplete("mascot-persona-rm") == ["2"]  # what the next train_rm run does first
+    assert client.get_model_version("mascot-persona-rm", "2").tags["mascot_registration"] == "abandoned"
+    assert client.get_model_version("mascot-persona-rm", "1").tags["mascot_registration"] == "complete"

@@ -33,7 +33,8 @@ def request_seed(base: int, query_id: str, persona: str) -> int:
 
 
 def generate_candidates(queries: list[dict], personas: dict[str, Persona], params: GenerateParams,
-                        backend: LLMBackend, journal: Journal | None = None, chunk_size: int = 8) -> list[dict]:
+                        backend: LLMBackend, journal: Journal | None = None, chunk_size: int = 8,
+                        stats: dict | None = None) -> list[dict]:
     """Sample `num_agents_per_query` replies per (query, persona); records already in `journal` are reused."""
     jobs = []
     for q in queries:
@@ -46,10 +47,15 @@ def generate_candidates(queries: list[dict], personas: dict[str, Persona], param
             jobs.append((q, name, SampleRequest(prompt, params.num_agents_per_query, params.temperature,
                                                 params.top_p, params.max_tokens, stop, seed), key))
     done = {key: journal.get(key) for *_, key in jobs if journal and journal.get(key)}
-    todo = [j for j in jobs if j[3] not in done]
+    if stats is not None:
+        stats.update(reused=len(done), total=len(jobs))
     progress = bar(len(jobs) * params.num_agents_per_query, "generate", initial=len(done) * params.num_agents_per_query)
-    for start in range(0, len(todo), chunk_size):
-        chunk = todo[start: start + chunk_size]
+    # Chunks are fixed over the whole job list, so a chunk redone after a crash gets the same batches and
+    # seeds as in a clean run: a resumed run writes exactly what an uninterrupted one would.
+    for start in range(0, len(jobs), chunk_size):
+        chunk = jobs[start: start + chunk_size]
+        if all(key in done for *_, key in chunk):
+            continue
         outputs = backend.sample([req for _, _, req, _ in chunk], progress=progress.update)
         for (q, name, req, key), completions in zip(chunk, outputs):
             group = {"candidates": [{
@@ -59,9 +65,10 @@ def generate_candidates(queries: list[dict], personas: dict[str, Persona], param
                              "seed": req.seed, "prompt_style": params.prompt_style, "stop": list(req.stop)},
                 "text": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
                 "finish_reason": c.finish_reason} for k, c in enumerate(completions)]}
-            done[key] = group
-            if journal:
-                journal.add(key, group)
+            if key not in done:  # a key already journaled keeps its record (recomputed identically anyway)
+                done[key] = group
+                if journal:
+                    journal.add(key, group)
         if journal:
             journal.flush()
     progress.close()
@@ -81,16 +88,19 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/cand
 
     queries = load_jsonl(queries_path)
     personas = load_personas(params.prepare.personas_file)
-    backend = make_backend(params.llm.speaker)
-    journal = Journal("generate")
+    for i, q in enumerate(queries, start=1):  # before any model loads: bad input fails fast
+        for name in q.get("personas", []):
+            resolve_persona(personas, name, f"{queries_path}:{i}")
+    backend = make_backend(params.llm.speaker, "llm.speaker")
+    journal, stats = Journal("generate"), {}
     try:
-        candidates = generate_candidates(queries, personas, params.generate, backend, journal)
+        candidates = generate_candidates(queries, personas, params.generate, backend, journal, stats=stats)
     finally:
         journal.close()
         backend.close()
     write_jsonl(out, candidates)
     write_json(metrics, {
-        "candidates": len(candidates), "resumed_groups": journal.resumed,
+        "candidates": len(candidates), "resumed_groups": stats["reused"],
         "empty_texts": sum(not c["text"].strip() for c in candidates),
         "mean_completion_tokens": round(fmean(c["completion_tokens"] for c in candidates), 2) if candidates else 0,
         "finish_reasons": dict(Counter(c["finish_reason"] for c in candidates))})

@@ -77,7 +77,7 @@ def _score_json(chunk, prefixes, params, backend) -> list[dict]:
 
 def score_candidates(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona],
                      params: ScoreParams, backend: LLMBackend, journal: Journal | None = None,
-                     chunk_size: int = 8) -> list[dict]:
+                     chunk_size: int = 8, stats: dict | None = None) -> list[dict]:
     jobs = []
     for cand in candidates:
         q = queries.get(cand["query_id"])
@@ -85,28 +85,29 @@ def score_candidates(candidates: list[dict], queries: dict[str, dict], personas:
             raise ValueError(f"candidate {cand['candidate_id']}: query {cand['query_id']} is not in the queries file")
         persona = resolve_persona(personas, cand["persona"], f"candidate {cand['candidate_id']}")
         prefix = judge_prefix(persona, q["context"], cand["text"], params.few_shot)
-        key = fingerprint(backend.model_name, params.mode, prefix, params.max_tokens, params.max_parse_retries,
+        key = fingerprint(cand["candidate_id"], backend.model_name, params.mode, prefix, params.max_tokens, params.max_parse_retries,
                           params.min_choice_mass)
         jobs.append((cand, prefix, key))
     done = {key: journal.get(key) for _, _, key in jobs if journal and journal.get(key)}
+    if stats is not None:
+        stats.update(reused=len(done), total=len(jobs))
     progress = bar(len(jobs), f"score ({params.mode})", initial=len(done))
-    todo = []
-    for cand, prefix, key in jobs:
-        if key in done:
-            continue
-        if not cand["text"].strip():
-            done[key] = _unscored(cand, backend.model_name, params.mode, "empty reply")
-            progress.update(1)
-        else:
-            todo.append((cand, prefix, key))
     score_chunk = _score_expected if params.mode == "expected" else _score_json
-    for start in range(0, len(todo), chunk_size):
-        chunk = todo[start: start + chunk_size]
-        records = score_chunk([c for c, _, _ in chunk], [p for _, p, _ in chunk], params, backend)
-        for (_, _, key), record in zip(chunk, records):
-            done[key] = record
-            if journal:
-                journal.add(key, record)
+    # Fixed chunks over all jobs (as in generate): a chunk redone after a crash is batched as in a clean run.
+    for start in range(0, len(jobs), chunk_size):
+        chunk = jobs[start: start + chunk_size]
+        if all(key in done for _, _, key in chunk):
+            continue
+        texts = [(cand, prefix, key) for cand, prefix, key in chunk if cand["text"].strip()]
+        records = dict(zip([key for _, _, key in texts],
+                           score_chunk([c for c, _, _ in texts], [p for _, p, _ in texts], params, backend)
+                           if texts else []))
+        for cand, _, key in chunk:
+            record = records.get(key) or _unscored(cand, backend.model_name, params.mode, "empty reply")
+            if key not in done:
+                done[key] = record
+                if journal:
+                    journal.add(key, record)
         if journal:
             journal.flush()
         progress.update(len(chunk))
@@ -137,14 +138,14 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     candidates = load_jsonl(candidates_path)
     personas = load_personas(params.prepare.personas_file)
-    backend = make_backend(params.llm.judge)
-    journal = Journal("score")
+    backend = make_backend(params.llm.judge, "llm.judge")
+    journal, stats = Journal("score"), {}
     try:
-        scores = score_candidates(candidates, queries, personas, params.score, backend, journal)
+        scores = score_candidates(candidates, queries, personas, params.score, backend, journal, stats=stats)
     finally:
         journal.close()
         backend.close()
     write_jsonl(out, scores)
-    m = score_metrics(scores)
+    m = {**score_metrics(scores), "resumed": stats["reused"]}
     write_json(metrics, m)
     print(f"score: {m['scored']} scored, {m['unscored']} unscored -> {out}")

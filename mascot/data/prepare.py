@@ -28,6 +28,9 @@ def load_source(spec: SourceSpec, bad: BadRows) -> list[Dialogue]:
 def token_counter(tokenizer_path: str):
     from transformers import AutoTokenizer
 
+    from mascot.io import require_model_dir
+
+    require_model_dir(tokenizer_path, "prepare.tokenizer")
     tok = AutoTokenizer.from_pretrained(tokenizer_path)
     return lambda text: len(tok.encode(text, add_special_tokens=False))
 

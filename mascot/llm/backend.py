@@ -57,12 +57,14 @@ class LLMBackend(Protocol):
     def close(self) -> None: ...
 
 
-def make_backend(endpoint) -> LLMBackend:
+def make_backend(endpoint, key: str = "llm") -> LLMBackend:
     """Build the backend an `llm.speaker`/`llm.judge` block of params.yaml names."""
     if endpoint.backend == "openai":
         from mascot.llm.openai_backend import OpenAIBackend
 
         return OpenAIBackend(endpoint)
+    from mascot.io import require_model_dir
     from mascot.llm.local_backend import LocalBackend
 
+    require_model_dir(endpoint.model, f"{key}.model")
     return LocalBackend(endpoint)

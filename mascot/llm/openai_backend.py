@@ -28,6 +28,7 @@ class OpenAIBackend:
         self.max_concurrency = endpoint.max_concurrency
         self.timeout_s = endpoint.timeout_s
         self.max_retries = endpoint.max_retries
+        self.backoff_s = endpoint.backoff_s
         self.stats = BackendStats()
 
     def close(self) -> None:
@@ -59,7 +60,10 @@ class OpenAIBackend:
                 if attempt == self.max_retries:
                     raise ServerError(f"{self.base_url}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
                 self.stats.retries += 1
-                await asyncio.sleep(min(30.0, 0.5 * 2 ** attempt) * (0.5 + random.random()))
+                # exponential backoff with jitter, so that many clients do not retry in lockstep
+                await asyncio.sleep(min(30.0, self.backoff_s * 2 ** attempt) * (0.5 + random.random()))
+            except (openai.APIError, ValueError) as exc:  # 4xx, or a body that is not what the API promises
+                raise ServerError(f"{self.base_url}: {type(exc).__name__} (not retried): {exc}") from exc
 
     def sample(self, requests: list[SampleRequest], progress=None) -> list[list[Completion]]:
         def factory():

@@ -76,7 +76,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     rm_name, alias = params.train_rm.registered_model, params.grpo.reward_alias
     rm_version = registry.alias_version(rm_name, alias)
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
-    judge = make_backend(params.llm.judge)
+    judge = make_backend(params.llm.judge, "llm.judge")
     policy = json.loads((Path(policy_dir) / "registered.json").read_text())
     results, all_replies = {}, []
     git = registry.git_state()

@@ -91,6 +91,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
         raise ValueError(f"train_grpo: registered model '{rm_name}' has no alias '{p.reward_alias}'; "
                          f"run the promote stage or `mascot promote --version N --alias {p.reward_alias}`")
     rm_uri = f"models:/{rm_name}@{p.reward_alias}"
+    registry.abandon_incomplete(p.registered_model)
     scorer = RewardScorer.from_registry(rm_uri)
     personas = load_personas(params.prepare.personas_file)
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
@@ -124,6 +125,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
         writer.writerows({k: h.get(k) for k in keys} for h in history)
     write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
                                                     "run_id": version.run_id})
+    registry.mark_complete(version.name, version.version)
     print(f"train_grpo: {metrics['steps']} steps, reward {metrics['reward_first_step']} -> "
           f"{metrics['reward_last_step']}, reward model {rm_name} v{rm_version} ({rm_uri}); "
           f"registered {version.name} v{version.version}")

@@ -131,6 +131,10 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     run_name = f"rm-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-{lineage['git_commit'][:7]}"
     out, plots = Path(out_dir), Path(plots_dir)
     plots.mkdir(parents=True, exist_ok=True)
+    abandoned = registry.abandon_incomplete(p.registered_model)
+    if abandoned:
+        print(f"train_rm: versions {', '.join(abandoned)} of {p.registered_model} were left half-registered by an "
+              "earlier crash; tagged abandoned (never promoted)")
     with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=lineage) as run:
         mlflow.log_params({f"train_rm.{k}": v for k, v in p.model_dump().items() if k != "lora"}
                           | {f"train_rm.lora.{k}": v for k, v in p.lora.model_dump().items()}
@@ -150,6 +154,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     write_json(out / "registered.json", {"name": version.name, "version": version.version, "run_id": version.run_id,
                                          "probe_scores": result["probe_scores"]})
     write_curves(result["log_history"], plots)
+    registry.mark_complete(version.name, version.version)
     write_jsonl(plots / "eval_scores.jsonl", [{"chosen": c, "rejected": r} for c, r in
                                               zip(result["chosen_scores"], result["rejected_scores"])])
     print(f"train_rm: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "

