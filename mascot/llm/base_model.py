@@ -96,7 +96,8 @@ def build_tiny_model(out_dir: Path, corpus_lines: list[str], hidden_size: int = 
     torch.manual_seed(seed)
     config = Qwen3Config(vocab_size=len(fast), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=hidden_size // 4, max_position_embeddings=4096, tie_word_embeddings=True,
+                         # head_dim 32: the smallest that vLLM's CPU attention kernels support
+                         head_dim=32, max_position_embeddings=4096, tie_word_embeddings=True,
                          eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=None)
     model = Qwen3ForCausalLM(config)
     model.generation_config.eos_token_id = fast.eos_token_id

@@ -29,6 +29,7 @@ class OpenAIBackend:
         self.timeout_s = endpoint.timeout_s
         self.max_retries = endpoint.max_retries
         self.backoff_s = endpoint.backoff_s
+        self.send_seed = endpoint.send_seed
         self.stats = BackendStats()
 
     def close(self) -> None:
@@ -73,7 +74,9 @@ class OpenAIBackend:
 
     async def _sample_one(self, client, r: SampleRequest) -> list[Completion]:
         common = dict(model=self.model_name, n=r.n, temperature=r.temperature, top_p=r.top_p,
-                      max_tokens=r.max_tokens, seed=r.seed, stop=list(r.stop) or None)
+                      max_tokens=r.max_tokens, stop=list(r.stop) or None)
+        if r.temperature > 0 and self.send_seed:  # a seed means nothing to greedy decoding
+            common["seed"] = r.seed
         if isinstance(r.prompt, str):
             resp = await client.completions.create(prompt=r.prompt, **common)
             texts = [(c.text, c.finish_reason) for c in resp.choices]
