@@ -22,7 +22,9 @@ def setup_tracking(params) -> str:
     """Point MLflow at the environment's server if set, else the embedded sqlite store of params."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or params.mlflow.tracking_uri
     mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(os.environ.get("MLFLOW_REGISTRY_URI") or uri)
+    # The registry lives with the runs. (Not MLFLOW_REGISTRY_URI: MLflow itself exports it on
+    # set_registry_uri, so in a long-lived process it would keep pointing at an earlier store.)
+    mlflow.set_registry_uri(uri)
     return uri
 
 
