@@ -91,6 +91,16 @@ class LocalBackend:
             results.append(Completion(text.strip(), int(enc["attention_mask"][row].sum()), len(ids), finish))
         return results
 
+    def _compiled_schema(self, schema_json: str):
+        """Compile a JSON schema for this tokenizer once per backend (it takes seconds on a large vocab)."""
+        cache = self.__dict__.setdefault("_grammars", {})
+        if schema_json not in cache:
+            import xgrammar
+
+            info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
+            cache[schema_json] = xgrammar.GrammarCompiler(info).compile_json_schema(schema_json, any_whitespace=False)
+        return cache[schema_json]
+
     def choice_token_ids(self, choices: list[str]) -> list[int]:
         ids = []
         for c in choices:
@@ -166,13 +176,9 @@ class LocalBackend:
     def json_complete(self, prompts: list[str], schema: dict, max_tokens: int, seed: int = 0,
                       progress=None) -> list[Completion]:
         """Grammar-constrained decoding (xgrammar): the output always parses under `schema`."""
-        import xgrammar
         from xgrammar.contrib.hf import LogitsProcessor
-        from transformers import AutoConfig
 
-        vocab_size = AutoConfig.from_pretrained(self.model_name).vocab_size
-        info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab_size)
-        compiled = xgrammar.GrammarCompiler(info).compile_json_schema(json.dumps(schema), any_whitespace=False)
+        compiled = self._compiled_schema(json.dumps(schema, sort_keys=True))
         results = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start: start + self.batch_size]

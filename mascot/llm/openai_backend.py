@@ -35,7 +35,7 @@ class OpenAIBackend:
     def close(self) -> None:
         pass
 
-    def _run(self, coros_factory, total: int, progress):
+    def _run(self, coros_factory, progress):
         async def main():
             client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s,
                                         max_retries=0)  # retries are ours: bounded, with jitter, counted
@@ -70,7 +70,7 @@ class OpenAIBackend:
         def factory():
             for r in requests:
                 yield lambda client, r=r: self._sample_one(client, r)
-        return self._run(factory, len(requests), (lambda k: progress(requests[0].n * k)) if progress else None)
+        return self._run(factory, (lambda k: progress(requests[0].n * k)) if progress else None)
 
     async def _sample_one(self, client, r: SampleRequest) -> list[Completion]:
         common = dict(model=self.model_name, n=r.n, temperature=r.temperature, top_p=r.top_p,
@@ -104,7 +104,7 @@ class OpenAIBackend:
         def factory():
             for p in prompts:
                 yield lambda client, p=p: one(client, p)
-        return self._run(factory, len(prompts), progress)
+        return self._run(factory, progress)
 
     def json_complete(self, prompts: list[str], schema: dict, max_tokens: int, seed: int = 0,
                       progress=None) -> list[Completion]:
@@ -120,4 +120,4 @@ class OpenAIBackend:
         def factory():
             for p in prompts:
                 yield lambda client, p=p: one(client, p)
-        return self._run(factory, len(prompts), progress)
+        return self._run(factory, progress)
