@@ -13,7 +13,7 @@ from pathlib import Path
 from mascot import registry
 from mascot.io import load_jsonl, write_json
 from mascot.reward.evaluation import pair_metrics
-from mascot.reward.prompt import persona_fields
+from mascot.reward.prompt import pair_sides
 from mascot.reward.scorer import RewardScorer
 from mascot.reward.train import probe_items
 
@@ -21,10 +21,9 @@ ROUNDTRIP_TOLERANCE = 1e-4
 
 
 def measure(scorer: RewardScorer, pairs: list[dict], personas: dict) -> dict:
-    def items(side):
-        return [(persona_fields(personas[p["persona"]]), [m for m in p["prompt"] if m["role"] != "system"],
-                 p[side][-1]["content"]) for p in pairs]
-    return pair_metrics(pairs, scorer.score(items("chosen")), scorer.score(items("rejected")))
+    sides = [pair_sides(p, personas) for p in pairs]
+    return pair_metrics(pairs, scorer.score([(persona, ctx, chosen) for persona, ctx, chosen, _ in sides]),
+                        scorer.score([(persona, ctx, rejected) for persona, ctx, _, rejected in sides]))
 
 
 def main(params, registered_path: str = "models/reward/registered.json", pairs_path: str = "data/pairs.jsonl",

@@ -6,7 +6,7 @@ few given answers, and produce JSON under a schema.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Union
 
 Prompt = Union[str, list[dict]]
@@ -41,7 +41,6 @@ class ChoiceDistribution:
 class BackendStats:
     requests: int = 0
     retries: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 class LLMBackend(Protocol):

@@ -130,7 +130,8 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str]) -> Path:
 def main(params) -> None:
     import time
 
-    corpus = _demo_corpus_lines(params)
+    # only the tiny tokenizer is trained on text; the other sources need none
+    corpus = _demo_corpus_lines(params) if params.base_model.source == "tiny" else []
     start = time.time()
     out = run_base_model(params.base_model, corpus)
     print(f"base_model: {params.base_model.source} -> {out} in {time.time() - start:.0f}s")

@@ -62,3 +62,10 @@ def reward_input_ids(tokenizer, persona: dict, context: list[dict], reply: str,
 
 def persona_fields(persona) -> dict:
     return {"name": persona.name, "role": persona.role, "description": persona.description, "tone": persona.tone}
+
+
+def pair_sides(pair: dict, personas: dict) -> tuple[dict, list[dict], str, str]:
+    """(persona fields, dialogue without the system message, chosen reply, rejected reply) of a pair record."""
+    context = [m for m in pair["prompt"] if m["role"] != "system"]
+    return (persona_fields(personas[pair["persona"]]), context, pair["chosen"][-1]["content"],
+            pair["rejected"][-1]["content"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from mascot.config import TrainRMParams
-from mascot.reward.prompt import TEMPLATE_HASH, persona_fields, reward_input_ids
+from mascot.reward.prompt import TEMPLATE_HASH, pair_sides, persona_fields, reward_input_ids
 from mascot.reward.scorer import META_FILE, RewardScorer, load_base_classifier
 
 # Fixed texts scored at the end of training and again after a registry round trip: equal scores prove the
@@ -29,10 +29,9 @@ def probe_items(personas: dict) -> list[tuple[dict, list[dict], str]]:
 def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int) -> tuple[list[dict], int]:
     rows, cut = [], 0
     for p in pairs:
-        persona = persona_fields(personas[p["persona"]])
-        context = [m for m in p["prompt"] if m["role"] != "system"]
-        chosen, c_cut = reward_input_ids(tokenizer, persona, context, p["chosen"][-1]["content"], max_length)
-        rejected, r_cut = reward_input_ids(tokenizer, persona, context, p["rejected"][-1]["content"], max_length)
+        persona, context, chosen_text, rejected_text = pair_sides(p, personas)
+        chosen, c_cut = reward_input_ids(tokenizer, persona, context, chosen_text, max_length)
+        rejected, r_cut = reward_input_ids(tokenizer, persona, context, rejected_text, max_length)
         cut += c_cut or r_cut
         rows.append({"chosen_ids": chosen, "rejected_ids": rejected, "margin": float(p["margin"])})
     return rows, cut
