@@ -7,8 +7,10 @@ import sys
 
 STAGES = {
     "base_model": "mascot.llm.base_model",
+    "small_model": "mascot.llm.base_model:main_small",
     "prepare": "mascot.data.prepare",
     "generate": "mascot.annotate.generate",
+    "judge_check": "mascot.annotate.judge_check",
     "score": "mascot.annotate.score",
     "pairs": "mascot.pairs",
     "validate": "mascot.validate.stage",
@@ -70,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 promote_mod.main(params)
             return 0
-        importlib.import_module(STAGES[args.command]).main(params)
+        module, _, function = STAGES[args.command].partition(":")
+        getattr(importlib.import_module(module), function or "main")(params)
     except (ConfigError, InputError) as exc:
         print(f"mascot {args.command}: error: {exc}", file=sys.stderr)
         return 2

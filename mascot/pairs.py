@@ -57,6 +57,41 @@ def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, d
     return pairs
 
 
+def reply_words(text: str) -> int:
+    return len(text.split())
+
+
+def chosen_longer(pair: dict) -> bool | None:
+    """True if the chosen reply has more words, False if fewer, None on equal length (or no texts)."""
+    if not pair.get("chosen") or not pair.get("rejected"):
+        return None
+    c, r = reply_words(pair["chosen"][-1]["content"]), reply_words(pair["rejected"][-1]["content"])
+    return None if c == r else c > r
+
+
+def chosen_longer_fraction(pairs: list[dict]) -> float | None:
+    """Among pairs whose replies differ in length, the share where the chosen one is longer (0.5: length
+    tells nothing; near 1.0: a reward model can score well on length alone)."""
+    calls = [x for x in (chosen_longer(p) for p in pairs) if x is not None]
+    return round(sum(calls) / len(calls), 4) if calls else None
+
+
+def balance_length(pairs: list[dict], seed: int = 0) -> tuple[list[dict], int]:
+    """Drop pairs of the majority direction (chosen longer, or chosen shorter) until the two are equal,
+    within each split, smallest judge margin first (the least certain preferences go first). Returns
+    (kept pairs in their original order, number dropped)."""
+    drop: set[str] = set()
+    for split in ("train", "eval"):
+        mine = [p for p in pairs if p["split"] == split]
+        longer = [p for p in mine if chosen_longer(p) is True]
+        shorter = [p for p in mine if chosen_longer(p) is False]
+        major, minor = (longer, shorter) if len(longer) > len(shorter) else (shorter, longer)
+        excess = len(major) - len(minor)
+        ranked = sorted(major, key=lambda p: (p["margin"], hashlib.sha256(f"{seed}:{p['pair_id']}".encode()).hexdigest()))
+        drop |= {p["pair_id"] for p in ranked[:excess]}
+    return [p for p in pairs if p["pair_id"] not in drop], len(drop)
+
+
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
          scores_path: str = "data/scores.jsonl", out: str = "data/pairs.jsonl",
          metrics: str = "metrics/pairs.json") -> None:
@@ -68,9 +103,16 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     pairs = build_pairs(load_jsonl(candidates_path), load_jsonl(scores_path), queries,
                         load_personas(params.prepare.personas_file), params.pairs)
+    before = chosen_longer_fraction(pairs)
+    dropped = 0
+    if params.pairs.balance_length:
+        pairs, dropped = balance_length(pairs, params.pairs.split_seed)
     write_jsonl(out, pairs)
-    write_json(metrics, {"pairs": len(pairs), "train_pairs": sum(p["split"] == "train" for p in pairs),
-                         "eval_pairs": sum(p["split"] == "eval" for p in pairs),
-                         "score_margin": params.pairs.score_margin,
-                         "mean_margin": round(fmean(p["margin"] for p in pairs), 4) if pairs else None})
-    print(f"pairs: {len(pairs)} pairs at margin {params.pairs.score_margin} -> {out}")
+    m = {"pairs": len(pairs), "train_pairs": sum(p["split"] == "train" for p in pairs),
+         "eval_pairs": sum(p["split"] == "eval" for p in pairs), "score_margin": params.pairs.score_margin,
+         "mean_margin": round(fmean(p["margin"] for p in pairs), 4) if pairs else None,
+         "chosen_longer_fraction": chosen_longer_fraction(pairs), "chosen_longer_fraction_before_balance": before,
+         "equal_length_pairs": sum(chosen_longer(p) is None for p in pairs), "dropped_for_length_balance": dropped}
+    write_json(metrics, m)
+    print(f"pairs: {len(pairs)} pairs at margin {params.pairs.score_margin}, chosen longer in "
+          f"{m['chosen_longer_fraction']} (before balancing {before}, {dropped} dropped) -> {out}")

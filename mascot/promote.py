@@ -52,8 +52,11 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     champion_metrics = None
     if champion_version is not None and champion_version != version:
         champion_metrics = measure(RewardScorer.from_registry(f"models:/{name}@{p.alias}"), eval_pairs, personas)
-    promoted, reason = registry.decide_promotion(new_metrics, champion_metrics, p.min_eval_accuracy)
+    promoted, reason = registry.decide_promotion(new_metrics, champion_metrics, p.min_eval_accuracy,
+                                                 p.require_beat_length_baseline)
     figures = {"eval_pairs": len(eval_pairs), "accuracy": new_metrics["accuracy"],
+               "length_baseline_accuracy": new_metrics.get("length_baseline_accuracy"),
+               "accuracy_not_longer": new_metrics.get("accuracy_not_longer"),
                "mean_margin": new_metrics["mean_margin"], "compared_with_version": champion_version,
                "champion_accuracy": champion_metrics and champion_metrics["accuracy"],
                "champion_mean_margin": champion_metrics and champion_metrics["mean_margin"]}

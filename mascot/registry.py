@@ -121,15 +121,20 @@ def alias_version(name: str, alias: str) -> str | None:
         return None
 
 
-def decide_promotion(new: dict, champion: dict | None, min_accuracy: float) -> tuple[bool, str]:
-    """The gate on eval pairs: accuracy at least `min_accuracy`, and not worse than the current champion on
-    the same pairs (accuracy first; on a tie, the mean margin decides). `new`/`champion` hold
-    `accuracy` and `mean_margin`."""
+def decide_promotion(new: dict, champion: dict | None, min_accuracy: float,
+                     beat_length_baseline: bool = False) -> tuple[bool, str]:
+    """The gate on eval pairs: accuracy at least `min_accuracy`, above the "longer reply wins" baseline (if
+    asked), and not worse than the current champion on the same pairs (accuracy first; on a tie, the mean
+    margin decides). `new`/`champion` hold `accuracy` and `mean_margin` (and `length_baseline_accuracy`)."""
     acc = new.get("accuracy")
     if acc is None:
         return False, "no eval pairs to measure accuracy on"
     if acc < min_accuracy:
         return False, f"eval accuracy {acc:.4f} is below the threshold {min_accuracy:.4f}"
+    baseline = new.get("length_baseline_accuracy")
+    if beat_length_baseline and baseline is not None and acc <= baseline:
+        return False, (f"eval accuracy {acc:.4f} does not beat the longer-reply-wins baseline {baseline:.4f} "
+                       "on the same pairs: the model may have learned length, not the rubric")
     if champion is None:
         return True, f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f}; no champion yet"
     c_acc = champion["accuracy"]

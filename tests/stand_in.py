@@ -18,6 +18,7 @@ class StandIn(BaseHTTPRequestHandler):
     ok_budget: int | None = None
     fault: str = "503"
     stall_s: float = 5.0
+    chat_prefix: str = ""  # e.g. a <think>...</think> block, as a reasoning model writes before its answer
 
     def log_message(self, *args):
         pass
@@ -55,7 +56,8 @@ class StandIn(BaseHTTPRequestHandler):
         elif self.path.endswith("/chat/completions"):
             resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "usage": usage,
                     "choices": [{"index": i, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": f" reply {i} "}} for i in range(body["n"])]}
+                                 "message": {"role": "assistant", "content": f"{cls.chat_prefix} reply {i} "}}
+                                for i in range(body.get("n", 1))]}
         else:
             resp = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"], "usage": usage,
                     "choices": [{"index": i, "text": " text", "finish_reason": "stop", "logprobs": None}
@@ -70,18 +72,8 @@ class StandIn(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    StandIn.bodies, StandIn.fail_first = [], 0
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-
-
-
-@pytest.fixture
-def server():
     StandIn.bodies, StandIn.fail_first, StandIn.ok_budget, StandIn.fault = [], 0, None, "503"
+    StandIn.chat_prefix = ""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)

@@ -68,7 +68,7 @@ def test_score_modes(tiny_backend, personas, demo_queries, mode):
                                 tiny_backend)
     cands[0] = {**cands[0], "text": "  "}
     queries = {q["query_id"]: q for q in demo_queries}
-    scores = score_candidates(cands, queries, personas, ScoreParams(mode=mode, min_choice_mass=0.0, max_tokens=400),
+    scores = score_candidates(cands, queries, personas, ScoreParams(mode=mode, min_choice_mass=0.0, max_tokens=1500),
                               tiny_backend)
     assert scores[0]["status"] == "unscored" and scores[0]["unscored_reason"] == "empty reply"
     assert scores[0]["scores"] is None and scores[0]["total_reward"] is None
@@ -137,3 +137,28 @@ def test_parse_json_scores_tolerates_raw_control_characters_in_reasons():
     import json
     text = json.dumps({d: {"reason": "ok", "score": 2} for d in DIMENSIONS}).replace('"ok"', '"o\x02k"', 1)
     assert parse_json_scores(text)[0]["persona_consistency"] == 2.0
+
+
+def test_score_metrics_flag_constant_judges_and_empty_reasons():
+    from mascot.annotate.score import score_metrics
+
+    def rec(q, total, reason="the reply names the feeling and stays on topic"):
+        return {"query_id": q, "persona": "The Anchor", "status": "scored", "total_reward": total,
+                "scores": {d: total for d in DIMENSIONS}, "reasons": {d: reason for d in DIMENSIONS}}
+    m = score_metrics([rec("a", 3.0), rec("a", 3.0), rec("b", 2.0), rec("b", 4.0)])
+    assert m["groups"] == 2 and m["constant_group_fraction"] == 0.5 and m["empty_reason_fraction"] == 0.0
+    m = score_metrics([rec("a", 1.0, ""), rec("a", 1.0, "ok")])
+    assert m["constant_group_fraction"] == 1.0 and m["empty_reason_fraction"] == 1.0
+
+
+def test_chat_judge_prompts_continue_the_ratings(personas):
+    from mascot.annotate.rubric import expected_prompts, json_prompt
+
+    ctx = [{"role": "user", "content": "I lost my job."}]
+    chat = expected_prompts(personas["The Anchor"], ctx, "That sounds hard.", True, "chat")
+    for dim, messages in chat.items():
+        assert messages[0]["role"] == "system" and "strict judge" in messages[0]["content"]
+        assert messages[-1] == {"role": "assistant", "content": f"Ratings:\n{dim}: "}
+    plain = expected_prompts(personas["The Anchor"], ctx, "That sounds hard.", True, "plain")
+    assert all(p.endswith(f"Ratings:\n{d}: ") for d, p in plain.items())
+    assert json_prompt(personas["The Anchor"], ctx, "x", False, "chat")[-1]["role"] == "user"

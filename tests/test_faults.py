@@ -98,7 +98,8 @@ def tiny_workspace(repo_root, tmp_path_factory):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
     subprocess.run("mascot profile tiny", shell=True, cwd=work, env=env, check=True, capture_output=True)
     params = yaml.safe_load((work / "params.yaml").read_text())
-    params["prepare"].update(max_queries=None, queries_per_dialogue=3, personas_per_query=4)
+    params["prepare"].update(max_queries=None, queries_per_dialogue=3, personas_per_query=4,
+                             sources=[{"format": "jsonl", "path": "data/demo/dialogues.jsonl"}])
     params["generate"].update(num_agents_per_query=2, max_tokens=24)
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     for stage in ("base_model", "prepare"):

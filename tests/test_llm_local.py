@@ -35,7 +35,7 @@ def test_multi_token_choice_is_refused(tiny_backend):
 
 def test_grammar_constrained_json_always_parses(tiny_backend):
     # Random weights: only the grammar can make this valid JSON with in-range integer scores.
-    replies = tiny_backend.json_complete(["Rate: ", "JSON: "], JSON_SCHEMA, max_tokens=400)
+    replies = tiny_backend.json_complete(["Rate: ", "JSON: "], JSON_SCHEMA, max_tokens=1500)
     for r in replies:
         scores, reasons = parse_json_scores(r.text)
         assert all(1 <= s <= 5 for s in scores.values())
@@ -55,3 +55,37 @@ def test_shared_prefix_cache_matches_plain_forward(tiny_backend):
         assert a.mass == pytest.approx(b.mass, rel=1e-4)
         for c in SCORE_CHOICES:
             assert a.probs[c] == pytest.approx(b.probs[c], rel=1e-4)
+
+
+def test_two_level_prefix_reuse_matches_plain_forward(tiny_backend):
+    """Several candidates x five dimension prompts: the head, each candidate's middle and the tails."""
+    import torch
+
+    head = "A long shared rubric head that every judge prompt starts with. " * 6
+    prompts = [f"{head}Reply: {reply}\nRatings:\n{dim}: " for reply in ("yes indeed, quite so", "no, never, not once")
+               for dim in ("empathy", "relevance", "persona")]
+    cached = tiny_backend.choice_distribution(prompts, SCORE_CHOICES)
+    ids = torch.tensor(tiny_backend.choice_token_ids(SCORE_CHOICES))
+    plain = tiny_backend._choice_distribution_plain(prompts, ids, SCORE_CHOICES)
+    for a, b in zip(cached, plain):
+        for c in SCORE_CHOICES:
+            assert a.probs[c] == pytest.approx(b.probs[c], rel=1e-4)
+
+
+def test_shared_prefill_of_n_samples_matches_separate_prefill(tiny_backend):
+    chat = [{"role": "system", "content": "You are kind and brief."}, {"role": "user", "content": "I lost my job."}]
+    reqs = [SampleRequest(chat, n=3, temperature=0.0, max_tokens=6), SampleRequest("Person: hi\nX:", n=2,
+                                                                                   temperature=0.0, max_tokens=6)]
+    shared = tiny_backend.sample(reqs)
+    original = tiny_backend._shared_prefill
+    tiny_backend._shared_prefill = lambda texts: (tiny_backend._encode(texts), None)
+    try:
+        separate = tiny_backend.sample(reqs)
+    finally:
+        tiny_backend._shared_prefill = original
+    assert [[c.text for c in o] for o in shared] == [[c.text for c in o] for o in separate]
+
+
+def test_chat_prefill_is_continued(tiny_backend):
+    text = tiny_backend._text([{"role": "user", "content": "rate"}, {"role": "assistant", "content": "Ratings:\nx: "}])
+    assert text.endswith("Ratings:\nx: ")

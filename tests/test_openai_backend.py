@@ -55,3 +55,41 @@ def test_retries_are_bounded_with_a_clear_error(server):
 def test_connection_refused_is_a_clear_error():
     with pytest.raises(ServerError, match="127.0.0.1:9/v1: APIConnectionError after 1 attempts"):
         backend("http://127.0.0.1:9/v1", max_retries=0).sample([SampleRequest("x", n=1)])
+
+
+def test_thinking_switch_is_sent_and_think_blocks_are_cut(server):
+    StandIn.chat_prefix = "<think>\nThe user is sad; be kind.\n</think>\n\n"
+    b = backend(server, chat_template_kwargs={"enable_thinking": False})
+    out = b.sample([SampleRequest([{"role": "user", "content": "hi"}], n=2, seed=1)])
+    _, body = StandIn.bodies[0]
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert [c.text for c in out[0]] == ["reply 0", "reply 1"] and all(c.thinking_removed for c in out[0])
+    # n > 1 and no per-choice token ids from this server: the per-candidate count is unknown, not invented
+    assert all(c.completion_tokens is None for c in out[0])
+
+
+def test_chat_prefill_is_continued_not_answered(server):
+    b = backend(server)
+    b.json_complete([[{"role": "user", "content": "rate"}, {"role": "assistant", "content": "JSON: "}]],
+                    {"type": "object"}, max_tokens=5)
+    _, body = StandIn.bodies[0]
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+
+
+def test_seeds_follow_the_server_build(server, monkeypatch):
+    b = backend(server, send_seed="auto")
+    monkeypatch.setattr(b, "server_version", lambda: "0.32.0+cpu")
+    b.sample([SampleRequest([{"role": "user", "content": "hi"}], n=2, seed=5)])
+    assert "seed" not in StandIn.bodies[-1][1]  # vLLM's CPU build died on seeded sampling
+    gpu = backend(server, send_seed="auto")
+    monkeypatch.setattr(gpu, "server_version", lambda: "0.32.0")
+    gpu.sample([SampleRequest([{"role": "user", "content": "hi"}], n=2, seed=5)])
+    assert StandIn.bodies[-1][1]["seed"] == 5
+
+
+def test_strip_thinking():
+    from mascot.llm.backend import strip_thinking
+
+    assert strip_thinking("<think>a\nb</think>\n\nHello") == ("Hello", True)
+    assert strip_thinking("no thoughts here") == ("no thoughts here", False)
+    assert strip_thinking("<think>ran out of budget while thin") == ("", True)

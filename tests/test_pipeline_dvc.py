@@ -44,13 +44,17 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
 
     work, env = dvc_repo
     first = sh("dvc repro", work, env)
-    assert ran_stages(first) == {"base_model", "prepare", "generate", "score", "pairs", "validate", "train_rm",
-                                 "promote", "train_grpo", "evaluate"}
+    assert ran_stages(first) == {"base_model", "small_model", "prepare", "generate", "judge_check", "score", "pairs",
+                                 "validate", "train_rm", "promote", "train_grpo", "evaluate"}
     report = json.loads((work / "reports/validation.json").read_text())
     assert report["success"] and report["failed"] == 0
     metrics = sh("dvc metrics show --json", work, env)
-    for key in ("queries", "candidates", "scored", "unscored", "pairs", "mean_perceived_empathy"):
-        assert f'"{key}"' in metrics
+    for key in ("queries", "candidates", "scored", "unscored", "pairs", "mean_perceived_empathy",
+                "chosen_longer_fraction", "ref_gt_off_topic", "ref_gt_off_topic_ci_low", "chosen_prompt_style",
+                "eval_length_baseline_accuracy", "reference_ref_gt_off_topic", "grpo_minus_base"):
+        assert f'"{key}"' in metrics, key
+    by_source = json.loads((work / "metrics/prepare.json").read_text())["queries_by_source"]
+    assert set(by_source) == {"esconv", "qmsum"}, by_source  # the default corpus is the method's two
     pairs = [json.loads(line) for line in (work / "data/pairs.jsonl").read_text().splitlines()]
     assert pairs and all(p["score_chosen"] > p["score_rejected"] for p in pairs)
 
@@ -97,6 +101,8 @@ open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champ
     assert tags["pairs_md5"] in lock  # the DVC hash of the pairs the model was trained on
     assert out["grpo_rm_version"] == "1" and out["grpo_rm_tag"] == "models:/mascot-persona-rm@champion"
     assert len(out["reward_history"]) == 2
+    # the shortcut checks travel with the version, so `mlflow ui` shows them beside accuracy
+    assert "eval_length_baseline_accuracy" in tags and "reference_ref_gt_off_topic" in tags
 
 
 def test_changing_margin_reruns_only_pairs_and_validate(dvc_repo):

@@ -18,6 +18,9 @@ def workspace(tmp_path, monkeypatch, repo_root, tiny_model_dir, personas):
     raw["train_rm"].update(base_model=str(tiny_model_dir), batch_size=2, learning_rate=5e-3, epochs=3,
                            max_length=512, eval_steps=50, lora={"r": 4, "alpha": 8})
     raw["promote"]["min_eval_accuracy"] = 0.0  # so that the comparison with the champion decides
+    # these pairs' chosen reply is always the longer one (baseline 1.0): here the champion comparison is tested;
+    # the length gate has its own tests (test_shortcuts.py)
+    raw["promote"]["require_beat_length_baseline"] = False
     raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "artifact_root": str(tmp_path / "art")}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     (tmp_path / "data").mkdir()

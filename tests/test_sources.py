@@ -54,7 +54,7 @@ def test_qmsum_sample_window_within_budget(shared_data):
                                       sorted(dialogues, key=lambda d: d.id)) if d.metadata["focus_turns"])
     text = specific["context"][0]["content"]
     assert words(text) <= 300
-    assert text.startswith("Here is part of a meeting") and "?" in text.splitlines()[-1]
+    assert text.startswith("I was in this meeting") and "?" in text.splitlines()[-1]
 
 
 def test_qmsum_window_contains_focus_span(shared_data):

@@ -70,3 +70,39 @@ def test_gate_catches_broken_scores_and_links():
     assert got[("pairs", "splits_of_query", "expect_column_values_to_be_between")] == 3
     assert got[("pairs", "texts_differ", "expect_column_values_to_be_in_set")] == 1
     assert ("pairs", None, "expect_table_row_count_to_be_between") in got
+
+
+def judge_limits(**kw):
+    return {"min_judge_accuracy": 0.6, "max_constant_group_fraction": 0.5, "max_empty_reason_fraction": 0.2, **kw}
+
+
+def test_gate_stops_a_judge_below_the_bar_and_names_the_figure():
+    judge_check = {"ref_gt_off_topic": 0.55, "ref_gt_cold": 0.9}
+    results, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, judge_check=judge_check,
+                               judge_limits=judge_limits())
+    assert failures(results) == {("judge", "ref_gt_off_topic", "expect_column_values_to_be_between"): 1}
+    text = summary(results)
+    assert "judge quality: ref_gt_off_topic = 0.55" in text and "validate.min_judge_accuracy" in text
+
+
+def test_gate_stops_a_judge_that_gives_constant_scores():
+    cands, scores, pairs = dataset()
+    for s in scores:
+        if s["status"] == "scored":
+            s["total_reward"] = 3.0
+            s["scores"] = {d: 3.0 for d in DIMENSIONS}
+    results, _ = validate_data(cands, scores, [], margin=0.5, min_pairs=0,
+                               judge_check={"ref_gt_off_topic": 0.9, "ref_gt_cold": 0.9}, judge_limits=judge_limits())
+    failed = failures(results)
+    assert ("judge", "constant_group_fraction", "expect_column_values_to_be_between") in failed
+    assert "constant_group_fraction = 1.0" in summary(results)
+
+
+def test_gate_stops_empty_json_reasons():
+    cands, scores, pairs = dataset()
+    for s in scores:
+        if s["status"] == "scored":
+            s["reasons"] = {d: "" for d in DIMENSIONS}
+    results, _ = validate_data(cands, scores, pairs, margin=0.5, min_pairs=1,
+                               judge_check={"ref_gt_off_topic": 0.9, "ref_gt_cold": 0.9}, judge_limits=judge_limits())
+    assert "empty_reason_fraction = 1.0" in summary(results)

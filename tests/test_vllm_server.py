@@ -59,17 +59,20 @@ def test_generate_through_vllm_n_per_request(vllm, demo_queries, personas):
         params = GenerateParams(num_agents_per_query=3, prompt_style=style, max_tokens=8)
         cands = generate_candidates(demo_queries, personas, params, OpenAIBackend(endpoint(vllm)))
         assert len(cands) == 3 * len(demo_queries)
-        assert all(c["model"] == "tiny" and c["completion_tokens"] > 0 for c in cands)
+        # each candidate's own token count (vLLM returns the choice's token ids), never a request total / n
+        assert all(c["model"] == "tiny" and isinstance(c["completion_tokens"], int) for c in cands)
+        assert all(0 < c["completion_tokens"] <= 8 for c in cands)
         assert all(c["finish_reason"] in ("stop", "length") for c in cands)
 
 
+@pytest.mark.parametrize("style", ["plain", "chat"])
 @pytest.mark.parametrize("mode", ["expected", "json"])
-def test_score_through_vllm(vllm, demo_queries, personas, mode):
+def test_score_through_vllm(vllm, demo_queries, personas, mode, style):
     backend = OpenAIBackend(endpoint(vllm))
     cands = generate_candidates(demo_queries, personas, GenerateParams(num_agents_per_query=2, max_tokens=8), backend)
     cands = [c for c in cands if c["text"].strip()]
     scores = score_candidates(cands, {q["query_id"]: q for q in demo_queries}, personas,
-                              ScoreParams(mode=mode, max_tokens=1500, min_choice_mass=0.0), backend)
+                              ScoreParams(mode=mode, max_tokens=1500, min_choice_mass=0.0), backend, prompt_style=style)
     # A random tiny model writes valid, in-range scores only because the server constrains it.
     unscored = [(s["unscored_reason"], s.get("raw_replies")) for s in scores if s["status"] != "scored"]
     assert not unscored, unscored
@@ -100,7 +103,7 @@ def test_generate_and_score_stages_end_to_end(vllm, tiny_model_dir, repo_root, t
     raw["llm"] = {"speaker": {"backend": "openai", "model": "tiny", "base_url": vllm.base_url},
                   "judge": {"backend": "openai", "model": "tiny", "base_url": vllm.base_url}}
     raw["generate"].update(num_agents_per_query=2, max_tokens=8)
-    raw["score"].update(min_choice_mass=0.0, max_tokens=1500)
+    raw["score"].update(min_choice_mass=0.0, max_tokens=1500, prompt_style="plain")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "MASCOT_RESUME_DIR": str(tmp_path / "resume")}
     for mode in ("expected", "json"):
@@ -112,3 +115,30 @@ def test_generate_and_score_stages_end_to_end(vllm, tiny_model_dir, repo_root, t
             assert proc.returncode == 0, proc.stderr[-3000:]
         metrics = json.loads((tmp_path / "metrics/score.json").read_text())
         assert metrics["scored"] + metrics["unscored"] == 6 and metrics["scored"] >= 5, (mode, metrics)
+
+
+def test_thinking_switch_reaches_the_chat_template(vllm, capsys):
+    """The tiny model's template has Qwen3's switch: off, the prompt holds an empty <think></think> block
+    (more prompt tokens), and no <think> block ever reaches a recorded reply."""
+    from mascot.llm.backend import SampleRequest
+
+    messages = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": "I feel low today."}]
+    bodies = []
+    off = OpenAIBackend(endpoint(vllm, chat_template_kwargs={"enable_thinking": False}))
+    off.on_request = bodies.append
+    on = OpenAIBackend(endpoint(vllm, chat_template_kwargs={"enable_thinking": True}))
+    (replies_off,) = off.sample([SampleRequest(messages, n=2, max_tokens=8, seed=3)])
+    (replies_on,) = on.sample([SampleRequest(messages, n=2, max_tokens=8, seed=3)])
+    body = bodies[0]
+    with capsys.disabled():
+        print("\nTHINKING request body:", json.dumps(body))
+        print("THINKING recorded texts:", [c.text for c in replies_off], "prompt tokens off/on:",
+              replies_off[0].prompt_tokens, replies_on[0].prompt_tokens)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert replies_off[0].prompt_tokens > replies_on[0].prompt_tokens  # the empty think block is in the prompt
+    assert all("<think>" not in c.text and "</think>" not in c.text for c in replies_off + replies_on)
+
+
+def test_seeds_are_off_for_the_cpu_build(vllm):
+    backend = OpenAIBackend(endpoint(vllm, send_seed="auto"))
+    assert "cpu" in (backend.server_version() or "") and backend.send_seed is False

@@ -13,8 +13,9 @@ from mascot.progress import bar
 def speaker_prompt(persona: Persona, context: list[dict], style: str) -> tuple[Prompt, tuple[str, ...]]:
     """The prompt and stop strings for one persona reply.
 
-    `transcript` is for small base models (the embedded Gemma): a plain transcript with one example
-    exchange, stopped at the end of the line. `chat` is for instruction-tuned models behind a server.
+    `transcript` is for small base models (Gemma-270m): a plain transcript with one example exchange,
+    stopped at the end of the line. `chat` is for instruction-tuned models (the embedded Qwen2.5 instruct
+    model, Qwen3 behind vLLM): the persona is the system message, the dialogue the turns.
     """
     if style == "chat":
         return [{"role": "system", "content": persona.system_prompt()}, *context], ()
@@ -64,7 +65,8 @@ def generate_candidates(queries: list[dict], personas: dict[str, Persona], param
                 "sampling": {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
                              "seed": req.seed, "prompt_style": params.prompt_style, "stop": list(req.stop)},
                 "text": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-                "finish_reason": c.finish_reason} for k, c in enumerate(completions)]}
+                "finish_reason": c.finish_reason, "thinking_removed": c.thinking_removed}
+                for k, c in enumerate(completions)]}
             if key not in done:  # a key already journaled keeps its record (recomputed identically anyway)
                 done[key] = group
                 if journal:
@@ -93,15 +95,21 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/cand
             resolve_persona(personas, name, f"{queries_path}:{i}")
     backend = make_backend(params.llm.speaker, "llm.speaker")
     journal, stats = Journal("generate"), {}
+    # a chunk fills one in-process batch (n samples of a request are in the same chunk); at least 8 requests
+    chunk = max(8, params.llm.speaker.batch_size // params.generate.num_agents_per_query)
     try:
-        candidates = generate_candidates(queries, personas, params.generate, backend, journal, stats=stats)
+        candidates = generate_candidates(queries, personas, params.generate, backend, journal, chunk_size=chunk,
+                                         stats=stats)
     finally:
         journal.close()
         backend.close()
     write_jsonl(out, candidates)
+    counted = [c["completion_tokens"] for c in candidates if c["completion_tokens"] is not None]
     write_json(metrics, {
         "candidates": len(candidates), "resumed_groups": stats["reused"],
         "empty_texts": sum(not c["text"].strip() for c in candidates),
-        "mean_completion_tokens": round(fmean(c["completion_tokens"] for c in candidates), 2) if candidates else 0,
+        "mean_completion_tokens": round(fmean(counted), 2) if counted else None,
+        "mean_reply_words": round(fmean(len(c["text"].split()) for c in candidates), 2) if candidates else None,
+        "thinking_removed": sum(bool(c.get("thinking_removed")) for c in candidates),
         "finish_reasons": dict(Counter(c["finish_reason"] for c in candidates))})
     print(f"generate: {len(candidates)} candidates -> {out}")

@@ -9,6 +9,7 @@ import json
 from statistics import fmean
 
 from mascot.data.personas import Persona
+from mascot.llm.backend import Prompt
 
 DIMENSIONS: dict[str, str] = {
     "persona_consistency": "the reply speaks in the persona's own tone and typical vocabulary",
@@ -52,33 +53,64 @@ def _ratings(scores: dict[str, int]) -> str:
     return "".join(f"{d}: {scores[d]}\n" for d in DIMENSIONS)
 
 
-def judge_prefix(persona: Persona, context: list[dict], reply: str, few_shot: bool) -> str:
-    parts = [RUBRIC_HEADER, "\n"]
-    if few_shot:
-        for k, a in enumerate(ANCHORS, start=1):
-            parts.append(f"Example {k}\nPersona: {a['persona']}\nConversation:\n{a['dialogue']}\n"
-                         f"Reply: {a['reply']}\nRatings:\n{_ratings(a['scores'])}\n")
+def _examples() -> str:
+    return "".join(f"Example {k}\nPersona: {a['persona']}\nConversation:\n{a['dialogue']}\n"
+                   f"Reply: {a['reply']}\nRatings:\n{_ratings(a['scores'])}\n" for k, a in enumerate(ANCHORS, start=1))
+
+
+def _item(persona: Persona, context: list[dict], reply: str) -> str:
     vocab = ", ".join(persona.vocabulary)
-    parts.append(f"Now rate this reply.\nPersona: {persona.name} ({persona.role}). Tone: {persona.tone}. "
-                 f"Typical words: {vocab}.\nConversation:\n{render_dialogue(context, persona.name)}\n"
-                 f"Reply: {reply}\n")
-    return "".join(parts)
+    return (f"Persona: {persona.name} ({persona.role}). Tone: {persona.tone}. "
+            f"Typical words: {vocab}.\nConversation:\n{render_dialogue(context, persona.name)}\n"
+            f"Reply: {reply}\n")
 
 
-def expected_prompts(prefix: str) -> dict[str, str]:
-    """One prompt per dimension, each ending where the judge writes that dimension's digit."""
+def judge_prefix(persona: Persona, context: list[dict], reply: str, few_shot: bool) -> str:
+    """The plain-text judge prompt up to the ratings: rubric, anchors, then this item (reply last)."""
+    return (RUBRIC_HEADER + "\n" + (_examples() if few_shot else "") + "Now rate this reply.\n"
+            + _item(persona, context, reply))
+
+
+def judge_messages(persona: Persona, context: list[dict], reply: str, few_shot: bool) -> list[dict]:
+    """The same prompt for an instruct judge's chat template: rubric and anchors as the system message."""
+    system = RUBRIC_HEADER + ("\n" + _examples() if few_shot else "")
+    return [{"role": "system", "content": system.strip()},
+            {"role": "user", "content": "Now rate this reply.\n" + _item(persona, context, reply)}]
+
+
+JSON_INSTRUCTION = ("Answer with a JSON object: for each dimension, a short reason that cites the reply, and an "
+                    "integer score.")
+
+
+def expected_prompts(persona: Persona, context: list[dict], reply: str, few_shot: bool,
+                     style: str = "plain") -> dict[str, Prompt]:
+    """One prompt per dimension, each ending where the judge writes that dimension's digit.
+
+    The five prompts differ only in their last line, so a backend with prefix reuse computes the item once.
+    In chat style the ratings are an assistant message the model continues.
+    """
+    if style == "chat":
+        messages = judge_messages(persona, context, reply, few_shot)
+        return {d: [*messages, {"role": "assistant", "content": f"Ratings:\n{d}: "}] for d in DIMENSIONS}
+    prefix = judge_prefix(persona, context, reply, few_shot)
     return {d: f"{prefix}Ratings:\n{d}: " for d in DIMENSIONS}
 
 
-def json_prompt(prefix: str) -> str:
-    return (f"{prefix}Answer with a JSON object: for each dimension, a short reason and an integer score.\n"
-            "JSON: ")
+def json_prompt(persona: Persona, context: list[dict], reply: str, few_shot: bool, style: str = "plain") -> Prompt:
+    if style == "chat":
+        messages = judge_messages(persona, context, reply, few_shot)
+        return [messages[0], {"role": "user", "content": messages[1]["content"] + JSON_INSTRUCTION}]
+    return f"{judge_prefix(persona, context, reply, few_shot)}{JSON_INSTRUCTION}\nJSON: "
 
+
+# A reason shorter than this says nothing about the reply: the schema asks for more, and a reply that
+# still has one is counted as empty in the score metrics (and caught by the gate).
+MIN_REASON_CHARS = 12
 
 JSON_SCHEMA = {
     "type": "object",
     "properties": {d: {"type": "object",
-                       "properties": {"reason": {"type": "string", "maxLength": 160},
+                       "properties": {"reason": {"type": "string", "minLength": MIN_REASON_CHARS, "maxLength": 160},
                                       "score": {"type": "integer", "enum": [1, 2, 3, 4, 5]}},
                        "required": ["reason", "score"], "additionalProperties": False}
                    for d in DIMENSIONS},

@@ -7,8 +7,8 @@ ever invented.
 """
 from __future__ import annotations
 
-from mascot.annotate.rubric import (DIMENSIONS, JSON_SCHEMA, SCORE_CHOICES, JudgeParseError, expected_prompts,
-                                    expected_score, json_prompt, judge_prefix, parse_json_scores, total_reward)
+from mascot.annotate.rubric import (DIMENSIONS, JSON_SCHEMA, MIN_REASON_CHARS, SCORE_CHOICES, JudgeParseError,
+                                    expected_prompts, expected_score, json_prompt, parse_json_scores, total_reward)
 from mascot.config import ScoreParams
 from mascot.data.personas import Persona, resolve_persona
 from mascot.llm.backend import LLMBackend
@@ -28,8 +28,8 @@ def _unscored(cand, judge, mode, reason, **extra) -> dict:
     return _record(cand, judge, mode, status="unscored", unscored_reason=reason, **extra)
 
 
-def _score_expected(chunk, prefixes, params, backend) -> list[dict]:
-    prompts = [p for prefix in prefixes for p in expected_prompts(prefix).values()]
+def _score_expected(chunk, prompts_per_cand, params, backend) -> list[dict]:
+    prompts = [p for cand_prompts in prompts_per_cand for p in cand_prompts["expected"].values()]
     dists = backend.choice_distribution(prompts, SCORE_CHOICES)
     out = []
     for i, cand in enumerate(chunk):
@@ -47,8 +47,8 @@ def _score_expected(chunk, prefixes, params, backend) -> list[dict]:
     return out
 
 
-def _score_json(chunk, prefixes, params, backend) -> list[dict]:
-    prompts = [json_prompt(prefix) for prefix in prefixes]
+def _score_json(chunk, prompts_per_cand, params, backend) -> list[dict]:
+    prompts = [cand_prompts["json"] for cand_prompts in prompts_per_cand]
     results: dict[int, dict] = {}
     raws: dict[int, list[str]] = {i: [] for i in range(len(chunk))}
     pending = list(range(len(chunk)))
@@ -75,19 +75,30 @@ def _score_json(chunk, prefixes, params, backend) -> list[dict]:
     return [results[i] for i in range(len(chunk))]
 
 
+def judge_prompts(persona: Persona, context: list[dict], reply: str, params: ScoreParams, style: str) -> dict:
+    if params.mode == "expected":
+        return {"expected": expected_prompts(persona, context, reply, params.few_shot, style)}
+    return {"json": json_prompt(persona, context, reply, params.few_shot, style)}
+
+
 def score_candidates(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona],
                      params: ScoreParams, backend: LLMBackend, journal: Journal | None = None,
-                     chunk_size: int = 8, stats: dict | None = None) -> list[dict]:
+                     chunk_size: int = 8, stats: dict | None = None, prompt_style: str | None = None) -> list[dict]:
+    """Score each candidate; `prompt_style` (plain | chat) overrides `params.prompt_style` (e.g. once `auto`
+    has been resolved by judge_check)."""
+    style = prompt_style or params.prompt_style
+    if style not in ("plain", "chat"):
+        raise ValueError(f"score.prompt_style '{style}' must be resolved to plain or chat before scoring")
     jobs = []
     for cand in candidates:
         q = queries.get(cand["query_id"])
         if q is None:
             raise ValueError(f"candidate {cand['candidate_id']}: query {cand['query_id']} is not in the queries file")
         persona = resolve_persona(personas, cand["persona"], f"candidate {cand['candidate_id']}")
-        prefix = judge_prefix(persona, q["context"], cand["text"], params.few_shot)
-        key = fingerprint(cand["candidate_id"], backend.model_name, params.mode, prefix, params.max_tokens, params.max_parse_retries,
-                          params.min_choice_mass)
-        jobs.append((cand, prefix, key))
+        prompts = judge_prompts(persona, q["context"], cand["text"], params, style)
+        key = fingerprint(cand["candidate_id"], backend.model_name, params.mode, prompts, params.max_tokens,
+                          params.max_parse_retries, params.min_choice_mass)
+        jobs.append((cand, prompts, key))
     done = {key: journal.get(key) for _, _, key in jobs if journal and journal.get(key)}
     if stats is not None:
         stats.update(reused=len(done), total=len(jobs))
@@ -103,7 +114,8 @@ def score_candidates(candidates: list[dict], queries: dict[str, dict], personas:
                            score_chunk([c for c, _, _ in texts], [p for _, p, _ in texts], params, backend)
                            if texts else []))
         for cand, _, key in chunk:
-            record = records.get(key) or _unscored(cand, backend.model_name, params.mode, "empty reply")
+            record = {**(records.get(key) or _unscored(cand, backend.model_name, params.mode, "empty reply")),
+                      "judge_prompt_style": style}
             if key not in done:
                 done[key] = record
                 if journal:
@@ -118,6 +130,9 @@ def score_candidates(candidates: list[dict], queries: dict[str, dict], personas:
 
 
 def score_metrics(scores: list[dict]) -> dict:
+    """Counts, mean and spread per dimension, and the signs of a judge that is not judging: candidates of one
+    query and persona that all get the same total (`constant_group_fraction`), and json reasons too short to
+    say anything (`empty_reason_fraction`)."""
     from statistics import fmean, pstdev
 
     scored = [s for s in scores if s["status"] == "scored"]
@@ -126,7 +141,41 @@ def score_metrics(scores: list[dict]) -> dict:
         values = [s["scores"][name] if name in DIMENSIONS else s["total_reward"] for s in scored]
         out[f"mean_{name}"] = round(fmean(values), 4) if values else None
         out[f"std_{name}"] = round(pstdev(values), 4) if values else None
+    groups: dict[tuple, list[float]] = {}
+    for s in scored:
+        groups.setdefault((s["query_id"], s["persona"]), []).append(s["total_reward"])
+    multi = [g for g in groups.values() if len(g) > 1]
+    out["groups"] = len(multi)
+    out["constant_group_fraction"] = round(sum(max(g) - min(g) < 1e-9 for g in multi) / len(multi), 4) if multi else None
+    reasons = [r for s in scored for r in (s.get("reasons") or {}).values()]
+    out["empty_reason_fraction"] = (round(sum(len(r.strip()) < MIN_REASON_CHARS for r in reasons) / len(reasons), 4)
+                                    if reasons else None)
     return out
+
+
+def mean_total_by_source(scores: list[dict], queries: dict[str, dict]) -> dict[str, float]:
+    """Mean judge total per corpus: does the companion framing of each source give the judge something to
+    judge (a source scored far below the others is read as off-task)?"""
+    from statistics import fmean
+
+    by: dict[str, list[float]] = {}
+    for s in scores:
+        if s["status"] == "scored":
+            by.setdefault(queries.get(s["query_id"], {}).get("source", "unknown"), []).append(s["total_reward"])
+    return {src: round(fmean(v), 4) for src, v in sorted(by.items())}
+
+
+def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "metrics/judge_check.json") -> str:
+    """`auto` takes the prompt format judge_check measured as best for this judge."""
+    if params.prompt_style != "auto":
+        return params.prompt_style
+    import json
+    from pathlib import Path
+
+    path = Path(judge_check_metrics)
+    if not path.exists():
+        raise FileNotFoundError(f"score.prompt_style is 'auto' but {path} does not exist; run the judge_check stage")
+    return json.loads(path.read_text())["chosen_prompt_style"]
 
 
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
@@ -140,12 +189,15 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
     personas = load_personas(params.prepare.personas_file)
     backend = make_backend(params.llm.judge, "llm.judge")
     journal, stats = Journal("score"), {}
+    style = resolve_prompt_style(params.score)
     try:
-        scores = score_candidates(candidates, queries, personas, params.score, backend, journal, stats=stats)
+        scores = score_candidates(candidates, queries, personas, params.score, backend, journal, stats=stats,
+                                  prompt_style=style)
     finally:
         journal.close()
         backend.close()
     write_jsonl(out, scores)
-    m = {**score_metrics(scores), "resumed": stats["reused"]}
+    m = {**score_metrics(scores), "prompt_style": style, "resumed": stats["reused"],
+         "mean_total_reward_by_source": mean_total_by_source(scores, queries)}
     write_json(metrics, m)
     print(f"score: {m['scored']} scored, {m['unscored']} unscored -> {out}")

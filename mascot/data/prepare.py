@@ -7,7 +7,7 @@ from pathlib import Path
 from mascot.config import PrepareParams, SourceSpec
 from mascot.data.dialogue import Dialogue
 from mascot.data.personas import load_personas
-from mascot.data.queries import build_queries
+from mascot.data.queries import build_queries, sample_queries
 from mascot.data.sources.empathetic import load_empathetic
 from mascot.data.sources.esconv import load_esconv, load_esconv_hub
 from mascot.data.sources.jsonl import load_jsonl_dialogues
@@ -39,12 +39,16 @@ def main(params, out: str = "data/queries.jsonl", metrics: str = "metrics/prepar
     p: PrepareParams = params.prepare
     bad = BadRows(skip=p.skip_bad_rows)
     personas = load_personas(p.personas_file)
-    dialogues = [d for spec in p.sources for d in load_source(spec, bad)]
+    per_source = [(spec, load_source(spec, bad)) for spec in p.sources]
+    dialogues = [d for _, ds in per_source for d in ds]
     if not dialogues:
         raise InputError("prepare.sources: no dialogues were loaded")
-    queries = build_queries(dialogues, list(personas), p.max_context_tokens, token_counter(p.tokenizer),
-                            per_dialogue=p.queries_per_dialogue, personas_per_query=p.personas_per_query,
-                            max_queries=p.max_queries, min_user_chars=p.min_user_chars, seed=p.seed)
+    count = token_counter(p.tokenizer)
+    # Each source is sampled to its own cap first, so that a large corpus cannot crowd out a small one.
+    pool = [q for spec, ds in per_source for q in build_queries(
+        ds, list(personas), p.max_context_tokens, count, per_dialogue=p.queries_per_dialogue,
+        max_queries=spec.max_queries, min_user_chars=p.min_user_chars, seed=p.seed)]
+    queries = sample_queries(pool, list(personas), p.personas_per_query, p.max_queries, p.seed)
     write_jsonl(out, queries)
     write_json(metrics, {"dialogues": len(dialogues), "queries": len(queries), "skipped_bad_rows": len(bad.messages),
                          "queries_by_source": dict(Counter(q["source"] for q in queries)),

@@ -43,7 +43,7 @@ def context_window(turns: list[Turn], budget: int, count: CountTokens) -> list[d
 def meeting_window(transcript: list[Turn], focus: list[int], question: str, budget: int,
                    count: CountTokens) -> str:
     """Transcript turns around the query's relevant span, grown outward while they fit the budget."""
-    remaining = budget - count(question) - 16
+    remaining = budget - count(QMSUM_FRAME.format(excerpt="", question=question))
     center = sorted(focus)[len(focus) // 2] if focus else 0
     lines: dict[int, str] = {}
     lo, hi = center, center - 1
@@ -59,7 +59,13 @@ def meeting_window(transcript: list[Turn], focus: list[int], question: str, budg
             remaining -= cost
             hi, lo = max(hi, idx), min(lo, idx)
     excerpt = "\n".join(lines[i] for i in sorted(lines))
-    return f"Here is part of a meeting I was in:\n{excerpt}\n\n{question}"
+    return QMSUM_FRAME.format(excerpt=excerpt, question=question)
+
+
+# A meeting question framed as a person asking a companion for help with a meeting they were in: the
+# speaker has a situation to respond to (and feelings to read), not only a summarisation task.
+QMSUM_FRAME = ("I was in this meeting and I'm trying to get my head around it before I talk to my team. "
+               "Here is the part that matters:\n{excerpt}\n\n{question} I'd appreciate your help with this.")
 
 
 def cut_points(dialogue: Dialogue, per_dialogue: int, min_user_chars: int) -> list[int]:
@@ -78,7 +84,7 @@ def build_queries(dialogues: list[Dialogue], persona_names: list[str], budget: i
     queries = []
     for d in dialogues:
         if d.source == "qmsum":
-            meta = {k: v for k, v in d.metadata.items() if k not in ("transcript", "focus_turns")}
+            meta = {k: v for k, v in d.metadata.items() if k not in ("transcript", "focus_turns", "answer")}
             text = meeting_window(d.metadata["transcript"], d.metadata["focus_turns"], d.turns[-1].content,
                                   budget, count)
             queries.append({"query_id": d.id, "source": d.source, "dialogue_id": d.id,
@@ -88,6 +94,13 @@ def build_queries(dialogues: list[Dialogue], persona_names: list[str], budget: i
             context = context_window(d.turns[: end + 1], budget, count)
             queries.append({"query_id": f"{d.id}@{end}", "source": d.source, "dialogue_id": d.id,
                             "context": context, "metadata": {**d.metadata, "turn_index": end}})
+    return sample_queries(queries, persona_names, personas_per_query, max_queries, seed)
+
+
+def sample_queries(queries: list[dict], persona_names: list[str], personas_per_query: int = 1,
+                   max_queries: int | None = None, seed: int = 0) -> list[dict]:
+    """A seeded sample of at most `max_queries`, sorted by id, each given its personas."""
+    queries = list(queries)
     rng = random.Random(seed)
     rng.shuffle(queries)
     if max_queries is not None:

@@ -7,6 +7,7 @@ few given answers, and produce JSON under a schema.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import re
 from typing import Protocol, Union
 
 Prompt = Union[str, list[dict]]
@@ -27,8 +28,24 @@ class SampleRequest:
 class Completion:
     text: str
     prompt_tokens: int
-    completion_tokens: int
+    completion_tokens: int | None  # None where the server reports only a whole request's total (n > 1)
     finish_reason: str  # "stop" or "length"
+    thinking_removed: bool = False  # a <think>...</think> block was cut out of `text`
+
+
+THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def strip_thinking(text: str) -> tuple[str, bool]:
+    """Remove reasoning blocks a thinking model writes before its answer (an unclosed one runs to the end:
+    the budget ran out while thinking, so there is no answer)."""
+    cleaned, n = THINK_BLOCK.subn("", text)
+    return (cleaned.strip(), True) if n else (text, False)
+
+
+def ends_in_assistant(prompt: Prompt) -> bool:
+    """A message list whose last message is the assistant's: the model continues it (a prefill)."""
+    return isinstance(prompt, list) and bool(prompt) and prompt[-1]["role"] == "assistant"
 
 
 @dataclass(frozen=True)

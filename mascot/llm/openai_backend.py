@@ -11,7 +11,8 @@ import random
 
 import openai
 
-from mascot.llm.backend import BackendStats, ChoiceDistribution, Completion, SampleRequest
+from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, SampleRequest, ends_in_assistant,
+                                strip_thinking)
 
 RETRYABLE = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
 
@@ -29,16 +30,58 @@ class OpenAIBackend:
         self.timeout_s = endpoint.timeout_s
         self.max_retries = endpoint.max_retries
         self.backoff_s = endpoint.backoff_s
-        self.send_seed = endpoint.send_seed
+        self._send_seed = endpoint.send_seed
+        self.chat_template_kwargs = dict(endpoint.chat_template_kwargs)
         self.stats = BackendStats()
+        self.on_request = None  # optional callable(body: dict): sees every request body (tests, debugging)
 
     def close(self) -> None:
         pass
 
+    @property
+    def send_seed(self) -> bool:
+        if self._send_seed == "auto":
+            version = self.server_version() or ""
+            self._send_seed = "cpu" not in version  # vLLM's CPU build reports e.g. 0.32.0+cpu
+        return bool(self._send_seed)
+
+    def server_version(self) -> str | None:
+        """The server's self-reported version (vLLM's /version), or None where it has none."""
+        import json
+        import urllib.request
+
+        root = self.base_url.rstrip("/").removesuffix("/v1")
+        try:
+            with urllib.request.urlopen(f"{root}/version", timeout=min(self.timeout_s, 10)) as resp:
+                return str(json.loads(resp.read()).get("version"))
+        except (OSError, ValueError):
+            return None
+
+    def _chat_kwargs(self, messages: list[dict]) -> dict:
+        """Messages plus vLLM's chat-template switches: a final assistant message is continued (a prefill)."""
+        extra = {}
+        if self.chat_template_kwargs:
+            extra["chat_template_kwargs"] = self.chat_template_kwargs
+        if ends_in_assistant(messages):
+            extra.update(continue_final_message=True, add_generation_prompt=False)
+        return {"messages": messages, "extra_body": extra}
+
+    def _http_client(self):
+        if self.on_request is None:
+            return None
+        import json
+
+        import httpx
+
+        async def hook(request):
+            self.on_request(json.loads(request.content or b"{}"))
+        return httpx.AsyncClient(event_hooks={"request": [hook]}, timeout=self.timeout_s)
+
     def _run(self, coros_factory, progress):
         async def main():
             client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s,
-                                        max_retries=0)  # retries are ours: bounded, with jitter, counted
+                                        max_retries=0,  # retries are ours: bounded, with jitter, counted
+                                        http_client=self._http_client())
             sem = asyncio.Semaphore(self.max_concurrency)
             try:
                 async def guarded(coro_fn):
@@ -77,24 +120,44 @@ class OpenAIBackend:
                       max_tokens=r.max_tokens, stop=list(r.stop) or None)
         if r.temperature > 0 and self.send_seed:  # a seed means nothing to greedy decoding
             common["seed"] = r.seed
+        # vLLM returns each choice's token ids when asked (other servers ignore the field): the real
+        # per-candidate count. Without them only the request's total is known, so n > 1 records None.
         if isinstance(r.prompt, str):
-            resp = await client.completions.create(prompt=r.prompt, **common)
-            texts = [(c.text, c.finish_reason) for c in resp.choices]
+            resp = await client.completions.create(prompt=r.prompt, **common, extra_body={"return_token_ids": True})
+            texts = [(c.text, c.finish_reason, c) for c in resp.choices]
         else:
-            resp = await client.chat.completions.create(messages=r.prompt, **common)
-            texts = [(c.message.content or "", c.finish_reason) for c in resp.choices]
-        per = (resp.usage.completion_tokens // max(len(texts), 1)) if resp.usage else 0
+            kwargs = self._chat_kwargs(r.prompt)
+            kwargs["extra_body"]["return_token_ids"] = True
+            resp = await client.chat.completions.create(**kwargs, **common)
+            texts = [(c.message.content or "", c.finish_reason, c) for c in resp.choices]
         prompt_tokens = resp.usage.prompt_tokens if resp.usage else 0
-        return [Completion(t.strip(), prompt_tokens, per, f or "stop") for t, f in texts]
+        out = []
+        for text, finish, choice in texts:
+            ids = (getattr(choice, "model_extra", None) or {}).get("token_ids")
+            count = len(ids) if ids is not None else (
+                resp.usage.completion_tokens if resp.usage and len(texts) == 1 else None)
+            text, thought = strip_thinking(text.strip())
+            out.append(Completion(text, prompt_tokens, count, finish or "stop", thought))
+        return out
 
     def choice_distribution(self, prompts: list[str], choices: list[str], progress=None) -> list[ChoiceDistribution]:
         import math
 
         async def one(client, prompt):
-            resp = await client.completions.create(
-                model=self.model_name, prompt=prompt, max_tokens=1, temperature=0.0, logprobs=len(choices),
-                extra_body={"structured_outputs": {"choice": choices}})
-            top = (resp.choices[0].logprobs.top_logprobs or [{}])[0]
+            constraint = {"structured_outputs": {"choice": choices}}
+            if isinstance(prompt, str):
+                resp = await client.completions.create(
+                    model=self.model_name, prompt=prompt, max_tokens=1, temperature=0.0, logprobs=len(choices),
+                    extra_body=constraint)
+                top = (resp.choices[0].logprobs.top_logprobs or [{}])[0]
+            else:
+                kwargs = self._chat_kwargs(prompt)
+                kwargs["extra_body"].update(constraint)
+                resp = await client.chat.completions.create(
+                    model=self.model_name, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=len(choices),
+                    **kwargs)
+                content = resp.choices[0].logprobs.content or []
+                top = {t.token: t.logprob for t in content[0].top_logprobs} if content else {}
             raw = {c: math.exp(top[c]) if c in top else 0.0 for c in choices}
             mass = sum(raw.values())
             if mass <= 0:
@@ -109,13 +172,23 @@ class OpenAIBackend:
     def json_complete(self, prompts: list[str], schema: dict, max_tokens: int, seed: int = 0,
                       progress=None) -> list[Completion]:
         async def one(client, prompt):
-            resp = await client.completions.create(
-                model=self.model_name, prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=seed,
-                extra_body={"structured_outputs": {"json": schema}})
-            c = resp.choices[0]
+            constraint = {"structured_outputs": {"json": schema}}
+            if isinstance(prompt, str):
+                resp = await client.completions.create(
+                    model=self.model_name, prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=seed,
+                    extra_body=constraint)
+                text = resp.choices[0].text
+            else:
+                kwargs = self._chat_kwargs(prompt)
+                kwargs["extra_body"].update(constraint)
+                resp = await client.chat.completions.create(
+                    model=self.model_name, max_tokens=max_tokens, temperature=0.0, seed=seed, **kwargs)
+                text = resp.choices[0].message.content or ""
             usage = resp.usage
-            return Completion(c.text, usage.prompt_tokens if usage else 0,
-                              usage.completion_tokens if usage else 0, c.finish_reason or "stop")
+            text, thought = strip_thinking(text)
+            return Completion(text, usage.prompt_tokens if usage else 0,
+                              usage.completion_tokens if usage else 0, resp.choices[0].finish_reason or "stop",
+                              thought)
 
         def factory():
             for p in prompts:

@@ -69,6 +69,23 @@ def build_command(cfg: ServeConfig, gpus: int) -> tuple[list[str], dict[str, str
     return cmd + list(cfg.extra_args), env
 
 
+class ServerExited(RuntimeError):
+    """The server process ended on its own; the message carries the last lines of its log."""
+
+    def __init__(self, code: int | None, log_path: str | None, when: str):
+        self.code = code
+        tail = log_tail(log_path) if log_path else "(no log: pass --log)"
+        super().__init__(f"vLLM exited by itself with code {code} {when}; last lines of {log_path}:\n{tail}")
+
+
+def log_tail(path: str, lines: int = 30) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"(log unreadable: {exc})"
+    return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+
 class VLLMServer:
     """A running vLLM server in its own process group; a context manager that always stops it."""
 
@@ -81,13 +98,14 @@ class VLLMServer:
         if not Path(self.cfg.python).exists():
             raise FileNotFoundError(f"{self.cfg.python}: no vLLM environment; create it with `make vllm-env`")
         cmd, env = build_command(self.cfg, visible_gpu_count())
+        if self.cfg.log_path:
+            Path(self.cfg.log_path).parent.mkdir(parents=True, exist_ok=True)
         log = open(self.cfg.log_path, "ab") if self.cfg.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + self.cfg.ready_timeout_s
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode} before answering"
-                                   + (f"; see {self.cfg.log_path}" if self.cfg.log_path else ""))
+                raise ServerExited(self.proc.returncode, self.cfg.log_path, "before answering")
             if self.ready():
                 return self
             time.sleep(1.0)
@@ -154,13 +172,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument("--structured-outputs-backend", default="xgrammar")
     p.add_argument("--python", default=DEFAULT_VLLM_PYTHON, help="the serving environment's python")
-    p.add_argument("--log", default=None, help="write the server's output to this file")
+    p.add_argument("--log", default=None,
+                   help="the server's output goes here (default: .mascot/serve/vllm-PORT.log)")
     args = p.parse_args(argv)
     cfg = ServeConfig(model=args.model, served_model_name=args.served_model_name, host=args.host, port=args.port,
                       tensor_parallel_size=args.tensor_parallel_size,
                       gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
                       max_logprobs=args.max_logprobs, structured_outputs_backend=args.structured_outputs_backend,
-                      python=args.python, log_path=args.log)
+                      python=args.python, log_path=args.log or f".mascot/serve/vllm-{args.port}.log")
     server = VLLMServer(cfg)
     stop = {"now": False}
 
@@ -172,14 +191,24 @@ def main(argv: list[str]) -> int:
     gpus = visible_gpu_count()
     print(f"mascot serve: starting vLLM for {cfg.model} on {'%d GPU(s)' % gpus if gpus else 'the CPU'} ...",
           flush=True)
-    server.start()
+    try:
+        server.start()
+    except ServerExited as exc:
+        print(f"mascot serve: error: {exc}", file=sys.stderr, flush=True)
+        return exc.code if exc.code and exc.code > 0 else 1
     print(f"mascot serve: ready. Put this in params.yaml (llm.speaker / llm.judge):\n"
           f"  base_url: {server.base_url}\n  model: {cfg.served_model_name or cfg.model}\n"
           f"Ctrl-C stops the server and all its processes.", flush=True)
+    print(f"mascot serve: server log: {cfg.log_path}", flush=True)
     try:
         while not stop["now"] and server.proc.poll() is None:
             time.sleep(0.5)
     finally:
+        died = not stop["now"] and server.proc.poll() is not None
         server.stop()
-        print("mascot serve: stopped", flush=True)
+    if died:
+        exc = ServerExited(server.proc.returncode, cfg.log_path, "while serving")
+        print(f"mascot serve: error: {exc}", file=sys.stderr, flush=True)
+        return exc.code if exc.code and exc.code > 0 else 1
+    print("mascot serve: stopped", flush=True)
     return 0

@@ -36,12 +36,34 @@ def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[
     scores = score_candidates(candidates, by_q, personas, params.score, judge)
     scored = [s for s in scores if s["status"] == "scored"]
     metrics = {"replies": len(candidates), "rm_mean_score": round(fmean(rm), 4) if rm else None,
+               "mean_reply_words": round(fmean(len(c["text"].split()) for c in candidates), 2) if candidates else None,
                "judge_scored": len(scored),
                "judge_total_reward": round(fmean(s["total_reward"] for s in scored), 4) if scored else None,
                **{f"judge_{d}": round(fmean(s["scores"][d] for s in scored), 4) if scored else None
                   for d in DIMENSIONS}}
     replies = [{**c, "rm_score": r, "judge": s} for c, r, s in zip(candidates, rm, scores)]
     return metrics, replies
+
+
+def paired_differences(base: list[dict], grpo: list[dict]) -> dict:
+    """GRPO minus base on the same queries: mean difference, paired bootstrap 95% interval, n, for the
+    reward-model score, the judge total and the reply length (words). An interval that holds 0 is no
+    evidence of a difference."""
+    from mascot.stats import mean_with_ci
+
+    b_by = {r["candidate_id"].rsplit("|", 1)[0]: r for r in base}
+    pairs = [(b_by[k], r) for r in grpo if (k := r["candidate_id"].rsplit("|", 1)[0]) in b_by]
+    out = {}
+    for name, get in (("rm_score", lambda r: r["rm_score"]),
+                      ("judge_total", lambda r: r["judge"]["total_reward"] if r["judge"]["status"] == "scored" else None),
+                      ("reply_words", lambda r: len(r["text"].split()))):
+        vals = [(get(b), get(g)) for b, g in pairs]
+        vals = [(x, y) for x, y in vals if x is not None and y is not None]
+        fig = mean_with_ci([y - x for x, y in vals])
+        out[name] = {"base": round(fmean(x for x, _ in vals), 4) if vals else None,
+                     "grpo": round(fmean(y for _, y in vals), 4) if vals else None,
+                     "diff": fig["mean"], "ci_low": fig["ci_low"], "ci_high": fig["ci_high"], "n": fig["n"]}
+    return out
 
 
 def load_policy(base_model: str, adapter_dir: str | None):
@@ -96,7 +118,11 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
             mlflow.log_metrics({k: v for k, v in metrics.items() if v is not None})
         results[label] = metrics
         all_replies += [{"policy": label, **r} for r in replies]
+    diffs = paired_differences([r for r in all_replies if r["policy"] == "base"],
+                               [r for r in all_replies if r["policy"] == "grpo"])
+    results["grpo_minus_base"] = diffs
     write_json(metrics_path, results)
     write_jsonl(replies_path, all_replies)
-    print(f"evaluate: base rm {results['base']['rm_mean_score']} judge {results['base']['judge_total_reward']} | "
-          f"grpo rm {results['grpo']['rm_mean_score']} judge {results['grpo']['judge_total_reward']}")
+    print("evaluate: GRPO - base on the same held-out queries (paired bootstrap 95% interval, n):")
+    for name, d in diffs.items():
+        print(f"  {name}: base {d['base']} grpo {d['grpo']} diff {d['diff']} [{d['ci_low']}, {d['ci_high']}] n={d['n']}")

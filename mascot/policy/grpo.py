@@ -68,6 +68,23 @@ def train_policy(rows: list[dict], scorer, personas: dict, params: GRPOParams, o
     return {"history": history}
 
 
+def reward_trend(history: list[dict]) -> dict:
+    """Mean reward of the first and last quarter of the steps, and the least-squares slope per step: one
+    step's reward (a few completions of one prompt) is noise, a trend over many steps is not."""
+    import numpy as np
+
+    rewards = [h["reward"] for h in history]
+    if len(rewards) < 4:
+        return {}
+    q = max(1, len(rewards) // 4)
+    slope = float(np.polyfit(np.arange(len(rewards)), rewards, 1)[0])
+    lengths = [h.get("completions/mean_length") for h in history if h.get("completions/mean_length") is not None]
+    return {"reward_first_quarter": round(float(np.mean(rewards[:q])), 4),
+            "reward_last_quarter": round(float(np.mean(rewards[-q:])), 4), "reward_slope_per_step": round(slope, 5),
+            **({"completion_length_first_quarter": round(float(np.mean(lengths[:q])), 2),
+                "completion_length_last_quarter": round(float(np.mean(lengths[-q:])), 2)} if len(lengths) >= 4 else {})}
+
+
 def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
          out_dir: str = "models/policy", metrics_path: str = "metrics/train_grpo.json",
          plots_path: str = "plots/train_grpo/rewards.csv") -> None:
@@ -109,7 +126,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
         history = result["history"]
         metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": rm_version,
                    "reward_first_step": history[0]["reward"] if history else None,
-                   "reward_last_step": history[-1]["reward"] if history else None}
+                   "reward_last_step": history[-1]["reward"] if history else None, **reward_trend(history)}
         write_json(metrics_path, metrics)
         mlflow.log_artifact(metrics_path)
         mlflow.log_artifacts(out_dir, artifact_path="policy")
@@ -118,11 +135,13 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
                                              "reward_last_step": metrics["reward_last_step"]},
                                             "LoRA speaker policy trained with GRPO")
     Path(plots_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(plots_path, "w", newline="") as fh:
-        keys = ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean"]
-        writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows({k: h.get(k) for k in keys} for h in history)
+    series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean"],
+              str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
+    for path, keys in series.items():
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows({k: h.get(k) for k in keys} for h in history)
     write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
                                                     "run_id": version.run_id})
     registry.mark_complete(version.name, version.version)

@@ -13,8 +13,22 @@ def first_line(completion: str) -> str:
     return completion.strip().split("\n", 1)[0].strip()
 
 
-def format_score(completion: str, persona_name: str) -> float:
-    """1.0 for a clean one-line reply of 3-60 words that neither plays the user nor names itself."""
+def reply_text(completion) -> str:
+    """The reply a completion holds: a chat completion (a list of messages) is the assistant's whole message;
+    a plain-text completion (transcript prompt) is its first line."""
+    if isinstance(completion, list):
+        return " ".join(m.get("content", "") for m in completion if m.get("role") == "assistant").strip()
+    return first_line(completion)
+
+
+def format_score(completion, persona_name: str) -> float:
+    """1.0 for a clean reply of 3-60 words that neither plays the user nor names itself (one line, for
+    transcript prompts)."""
+    if isinstance(completion, list):
+        line = reply_text(completion)
+        words = len(line.split())
+        return float(3 <= words <= 60 and not re.match(r"^(Person|User)\s*:", line)
+                     and persona_name.lower() + ":" not in line.lower())
     line = first_line(completion)
     words = len(line.split())
     if not 3 <= words <= 60:
@@ -26,7 +40,7 @@ def format_score(completion: str, persona_name: str) -> float:
 
 def make_reward_model_reward(scorer, personas: dict):
     def reward_model(prompts, completions, persona, context, **_) -> list[float]:
-        items = [(persona_fields(personas[p]), json.loads(c), first_line(done))
+        items = [(persona_fields(personas[p]), json.loads(c), reply_text(done))
                  for p, c, done in zip(persona, context, completions)]
         return scorer.score(items)
     return reward_model

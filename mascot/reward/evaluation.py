@@ -14,13 +14,44 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
     """Strict accuracy (r_chosen > r_rejected), mean margin, and accuracy within each judge-gap bucket."""
     if not pairs:
         return {"pairs": 0, "accuracy": None, "mean_margin": None}
+    from mascot.pairs import chosen_longer
+
     correct = [c > r for c, r in zip(chosen_scores, rejected_scores)]
     out = {"pairs": len(pairs), "accuracy": round(fmean(correct), 4),
            "mean_margin": round(fmean(c - r for c, r in zip(chosen_scores, rejected_scores)), 4)}
+    # The shortcut a reward model may have learned instead of the rubric: "the longer reply wins" (a tie in
+    # length is a coin flip). The model's accuracy where the chosen reply is NOT the longer one says
+    # whether it learned anything else.
+    longer = [chosen_longer(p) for p in pairs]
+    out["length_baseline_accuracy"] = round(fmean(0.5 if x is None else float(x) for x in longer), 4)
+    not_longer = [ok for ok, x in zip(correct, longer) if x is not True]
+    out["not_longer_pairs"] = len(not_longer)
+    out["accuracy_not_longer"] = round(fmean(not_longer), 4) if not_longer else None
     for lo, hi in GAP_BUCKETS:
         idx = [i for i, p in enumerate(pairs) if lo <= p["margin"] < hi]
         out[f"{bucket_name(lo, hi)}_pairs"] = len(idx)
         out[f"{bucket_name(lo, hi)}_accuracy"] = round(fmean(correct[i] for i in idx), 4) if idx else None
+    return out
+
+
+def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
+    """The reward model on judge_check's reference set: does it rank the human reply above an off-topic one
+    and a cold one (as a judge should)? Accuracy with bootstrap 95% intervals and n."""
+    from mascot.reward.prompt import persona_fields
+    from mascot.stats import mean_with_ci, pairwise_wins
+
+    rows = [(i, t, text) for i in items for t, text in i["replies"].items() if t != "reference_padded"]
+    scores = scorer.score([(persona_fields(personas[i["persona"]]), i["context"], text) for i, _, text in rows])
+    by_item: dict[str, dict[str, float]] = {}
+    for (i, t, _), s in zip(rows, scores):
+        by_item.setdefault(i["item_id"], {"kind": i["kind"]})[t] = s
+    out = {}
+    for name, worse, kind in (("ref_gt_off_topic", "off_topic", "dialogue"), ("ref_gt_cold", "cold", "dialogue"),
+                              ("qa_ref_gt_off_topic", "off_topic", "qa")):
+        both = [r for r in by_item.values() if r["kind"] == kind and "reference" in r and worse in r]
+        fig = mean_with_ci(pairwise_wins([r["reference"] for r in both], [r[worse] for r in both]))
+        out.update({f"reference_{name}": fig["mean"], f"reference_{name}_ci_low": fig["ci_low"],
+                    f"reference_{name}_ci_high": fig["ci_high"], f"reference_{name}_n": fig["n"]})
     return out
 
 

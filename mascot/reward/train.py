@@ -50,14 +50,15 @@ def check_score_head(adapter_dir: Path) -> list[str]:
 
 
 def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams, out_dir: Path,
-                       checkpoint_dir: Path) -> dict:
-    """Train on the train split, evaluate on the eval split, save the adapter to `out_dir`."""
+                       checkpoint_dir: Path, reference_items: list[dict] | None = None) -> dict:
+    """Train on the train split, evaluate on the eval split (and on judge_check's reference set, if given),
+    save the adapter to `out_dir`."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
     from trl import RewardConfig, RewardTrainer
 
-    from mascot.reward.evaluation import pair_metrics
+    from mascot.reward.evaluation import pair_metrics, reference_set_metrics
 
     train_pairs = [p for p in pairs if p["split"] == "train"]
     eval_pairs = [p for p in pairs if p["split"] == "eval"]
@@ -103,6 +104,8 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
     rejected = scorer.score_ids([r["rejected_ids"] for r in eval_rows])
     metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected).items()}
+    if reference_items:
+        metrics.update(reference_set_metrics(scorer, reference_items, personas))
     metrics.update(train_pairs=len(train_rows), eval_pairs=len(eval_rows), cut_pairs=train_cut + eval_cut,
                    train_loss=round(result.training_loss, 6), train_steps=result.global_step,
                    score_head_tensors=len(head_keys))
@@ -111,7 +114,8 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
 
 
 def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/reward",
-         metrics_path: str = "metrics/train_rm.json", plots_dir: str = "plots/train_rm") -> None:
+         metrics_path: str = "metrics/train_rm.json", plots_dir: str = "plots/train_rm",
+         reference_path: str = "data/judge_check/reference.jsonl") -> None:
     import os
 
     import mlflow
@@ -138,15 +142,20 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
         mlflow.log_params({f"train_rm.{k}": v for k, v in p.model_dump().items() if k != "lora"}
                           | {f"train_rm.lora.{k}": v for k, v in p.lora.model_dump().items()}
                           | {"pairs.score_margin": params.pairs.score_margin, "score.mode": params.score.mode})
-        result = train_reward_model(pairs, personas, p, out, Path(".mascot/checkpoints/train_rm"))
+        reference = load_jsonl(reference_path) if Path(reference_path).exists() else None
+        result = train_reward_model(pairs, personas, p, out, Path(".mascot/checkpoints/train_rm"), reference)
         metrics = result["metrics"]
+        from mascot.pairs import chosen_longer_fraction
+
+        metrics["pairs_chosen_longer_fraction"] = chosen_longer_fraction(pairs)
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         plot_distributions(result["chosen_scores"], result["rejected_scores"], plots / "reward_distributions.png")
         write_json(metrics_path, {**metrics, "probe_scores": result["probe_scores"]})
         mlflow.log_artifact(metrics_path)
         mlflow.log_artifact(str(plots / "reward_distributions.png"))
         mlflow.log_artifacts(str(out), artifact_path="reward_model")
-        tags = {**lineage, **{k: v for k, v in metrics.items() if k.startswith("eval_") and v is not None},
+        tags = {**lineage, **{k: v for k, v in metrics.items()
+                              if k.startswith(("eval_", "reference_")) and v is not None},
                 "probe_scores": json.dumps(result["probe_scores"])}
         version = registry.register_version(p.registered_model, run.info.run_id, "reward_model", tags,
                                             "LoRA persona reward model (sequence classification, one label)")
@@ -157,7 +166,10 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     write_jsonl(plots / "eval_scores.jsonl", [{"chosen": c, "rejected": r} for c, r in
                                               zip(result["chosen_scores"], result["rejected_scores"])])
     print(f"train_rm: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "
-          f"on {metrics['eval_pairs']} pairs; registered {version.name} v{version.version} (run {version.run_id})")
+          f"on {metrics['eval_pairs']} pairs (longer-reply-wins baseline {metrics.get('eval_length_baseline_accuracy')}, "
+          f"accuracy where the chosen reply is not longer {metrics.get('eval_accuracy_not_longer')} on "
+          f"{metrics.get('eval_not_longer_pairs')}; reference set: human > off-topic "
+          f"{metrics.get('reference_ref_gt_off_topic')}, human > cold {metrics.get('reference_ref_gt_cold')}); registered {version.name} v{version.version} (run {version.run_id})")
 
 
 def write_curves(log_history: list[dict], plots: Path) -> None:

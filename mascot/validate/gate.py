@@ -29,13 +29,23 @@ def run_suite(context, name: str, df: pd.DataFrame, expectations: list) -> list[
             "element_count": res.get("element_count", res.get("observed_value")),
             "unexpected_index_list": res.get("unexpected_index_list") or [],
             "exception": (r.exception_info or {}).get("exception_message") if not r.success else None,
+            "observed": (None if df.empty or cfg.kwargs.get("column") not in df.columns
+                         else _plain(df[cfg.kwargs["column"]].iloc[0])) if name == "judge" else None,
         })
     return rows
 
 
+def _plain(value):
+    return None if value != value else round(float(value), 4)  # NaN -> None
+
+
 def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict], margin: float,
-                  min_pairs: int) -> tuple[list[dict], list[dict]]:
-    """All expectation results and the quarantined rows (each with the expectations it broke)."""
+                  min_pairs: int, judge_check: dict | None = None, judge_limits: dict | None = None
+                  ) -> tuple[list[dict], list[dict]]:
+    """All expectation results and the quarantined rows (each with the expectations it broke).
+
+    With `judge_check` (its metrics) and `judge_limits` (min_judge_accuracy, max_constant_group_fraction,
+    max_empty_reason_fraction), the judge's own quality is gated too: table `judge`, one column a figure."""
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
@@ -45,8 +55,13 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
     plans = {"candidates": suites.candidates_suite(frames["candidates"]),
              "scores": suites.scores_suite(frames["scores"]),
              "pairs": suites.pairs_suite(frames["pairs"], margin, min_pairs)}
+    if judge_limits is not None:
+        from mascot.annotate.score import score_metrics
+
+        frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores))
+        plans["judge"] = suites.judge_suite(frames["judge"], **judge_limits)
     results = [row for name in frames for row in run_suite(context, name, frames[name], plans[name])]
-    sources = {"candidates": candidates, "scores": scores, "pairs": pairs}
+    sources = {"candidates": candidates, "scores": scores, "pairs": pairs, "judge": frames["judge"].to_dict("records") if "judge" in frames else []}
     broken: dict[tuple[str, int], list[str]] = {}
     for r in results:
         for idx in r["unexpected_index_list"]:
@@ -57,6 +72,18 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
     return results, quarantine
 
 
+JUDGE_HINTS = {
+    "ref_gt_off_topic": "how often the judge ranks the human supporter's reply above one from another "
+                        "conversation (metrics/judge_check.json; bar: validate.min_judge_accuracy)",
+    "ref_gt_cold": "how often the judge ranks the human supporter's reply above a cold one "
+                   "(metrics/judge_check.json; bar: validate.min_judge_accuracy)",
+    "constant_group_fraction": "share of queries whose candidates all got the same total: the judge is not "
+                               "telling replies apart (bar: validate.max_constant_group_fraction)",
+    "empty_reason_fraction": "share of json-mode reasons too short to say anything "
+                             "(bar: validate.max_empty_reason_fraction)",
+}
+
+
 def summary(results: list[dict]) -> str:
     failed = [r for r in results if not r["success"]]
     if not failed:
@@ -64,6 +91,11 @@ def summary(results: list[dict]) -> str:
     lines = [f"{len(failed)} of {len(results)} expectations failed:"]
     for r in failed:
         where = f"{r['table']}.{r['column']}" if r["column"] else r["table"]
+        if r["table"] == "judge":
+            lines.append(f"  - judge quality: {r['column']} = {r.get('observed')} is outside "
+                         f"{json.dumps({k: v for k, v in r['kwargs'].items() if k in ('min_value', 'max_value')})}"
+                         f" ({JUDGE_HINTS.get(r['column'], '')})")
+            continue
         what = (f"{r['unexpected_count']} of {r['element_count']} rows unexpected"
                 if r["column"] else f"observed {r['element_count']}")
         lines.append(f"  - {where}: {r['expectation']} {json.dumps(r['kwargs'], default=str)}: {what}"

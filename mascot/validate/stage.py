@@ -13,11 +13,22 @@ class GateFailed(SystemExit):
 
 
 def main(params, candidates_path: str = "data/candidates.jsonl", scores_path: str = "data/scores.jsonl",
-         pairs_path: str = "data/pairs.jsonl", report_dir: str = "reports") -> None:
+         pairs_path: str = "data/pairs.jsonl", report_dir: str = "reports",
+         judge_check_path: str = "metrics/judge_check.json") -> None:
+    import json
+
     candidates, scores = load_jsonl(candidates_path), load_jsonl(scores_path)
     pairs = load_jsonl(pairs_path)
-    results, quarantine = validate_data(candidates, scores, pairs, params.pairs.score_margin,
-                                        params.validate_.min_pairs)
+    v = params.validate_
+    if not Path(judge_check_path).exists():
+        raise FileNotFoundError(f"{judge_check_path}: no judge_check figures; run the judge_check stage first "
+                                "(the gate never passes a judge it has not measured)")
+    judge_check = json.loads(Path(judge_check_path).read_text())
+    results, quarantine = validate_data(candidates, scores, pairs, params.pairs.score_margin, v.min_pairs,
+                                        judge_check=judge_check,
+                                        judge_limits={"min_judge_accuracy": v.min_judge_accuracy,
+                                                      "max_constant_group_fraction": v.max_constant_group_fraction,
+                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction})
     scored = sum(s["status"] == "scored" for s in scores)
     if scores and scored / len(scores) < params.validate_.min_scored_fraction:
         results.append({"table": "scores", "expectation": "min_scored_fraction", "column": None,

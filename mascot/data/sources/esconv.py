@@ -46,7 +46,8 @@ def load_esconv(path: str | Path, bad: BadRows) -> list[Dialogue]:
     dialogues = []
     for i, conv in enumerate(data):
         with bad.guard():
-            dialogues.append(parse_conversation(conv, f"{path} conversation {i}", f"esconv-{i}"))
+            # the file's stem keeps ids unique across several ESConv files
+            dialogues.append(parse_conversation(conv, f"{path} conversation {i}", f"{path.stem}-{i}"))
     return dialogues
 
 

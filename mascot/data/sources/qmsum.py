@@ -61,5 +61,6 @@ def load_qmsum(path: str | Path, bad: BadRows) -> list[Dialogue]:
                     id=f"qmsum-{lineno}-{k}", source="qmsum",
                     turns=[Turn("user", query)],
                     metadata={"meeting_domain": domain, "query_kind": kind, "meeting_line": lineno,
-                              "transcript": turns, "focus_turns": focus}))
+                              "transcript": turns, "focus_turns": focus,
+                              "answer": " ".join(str(q.get("answer") or "").split()) or None}))
     return dialogues

@@ -1,0 +1,243 @@
+"""The `judge_check` stage: the judge measured on a fixed reference set before anything trusts it.
+
+For each configured prompt format (and judge mode) the reference set (see reference_set.py) is scored by
+the same code that scores candidates. Reported per format: how often the judge ranks the human reply above
+an off-topic and a cold reply (with bootstrap 95% intervals, on the total and per dimension), whether its
+five dimensions are one signal, how much probability it puts on the digits (expected mode) or how often
+its JSON fails (json mode), how much length drives its scores, and, with two modes, how far they agree.
+`score.prompt_style: auto` then scores candidates in the format that ranked best here.
+"""
+from __future__ import annotations
+
+from statistics import fmean
+
+from mascot.annotate.rubric import DIMENSIONS
+from mascot.annotate.score import score_candidates
+from mascot.config import ScoreParams
+from mascot.stats import correlation_matrix, first_component_share, mean_with_ci, pairwise_wins, spearman
+
+# (figure name, better reply type, worse reply type, item kind)
+COMPARISONS = [("ref_gt_off_topic", "reference", "off_topic", "dialogue"),
+               ("ref_gt_cold", "reference", "cold", "dialogue"),
+               ("qa_ref_gt_off_topic", "reference", "off_topic", "qa")]
+GATED = ("ref_gt_off_topic", "ref_gt_cold")  # the figures validate.min_judge_accuracy applies to
+
+
+def _by_item(candidates: list[dict], scores: list[dict]) -> dict[str, dict[str, dict]]:
+    out: dict[str, dict[str, dict]] = {}
+    for c, s in zip(candidates, scores):
+        out.setdefault(c["query_id"], {})[c["reply_type"]] = {**s, "kind": c["kind"], "text": c["text"]}
+    return out
+
+
+def analyse(candidates: list[dict], scores: list[dict], mode: str) -> dict:
+    """All figures of one (prompt format, mode) run over the reference set."""
+    items = _by_item(candidates, scores)
+    scored = [(c, s) for c, s in zip(candidates, scores) if s["status"] == "scored"]
+    out: dict = {"replies": len(scores), "scored": len(scored), "unscored": len(scores) - len(scored)}
+    for name, better, worse, kind in COMPARISONS:
+        both = [r for r in items.values() if r.get(better, {}).get("status") == "scored"
+                and r.get(worse, {}).get("status") == "scored" and r[better]["kind"] == kind]
+        wins = pairwise_wins([r[better]["total_reward"] for r in both], [r[worse]["total_reward"] for r in both])
+        out[name] = mean_with_ci(wins)
+        out[name]["ties"] = sum(w == 0.5 for w in wins)
+        out[name]["by_dimension"] = {
+            d: round(fmean(pairwise_wins([r[better]["scores"][d] for r in both],
+                                         [r[worse]["scores"][d] for r in both])), 4) if both else None
+            for d in DIMENSIONS}
+    dims = {d: [s["scores"][d] for _, s in scored] for d in DIMENSIONS}
+    matrix = correlation_matrix(dims)
+    off = [matrix[a][b] for i, a in enumerate(DIMENSIONS) for b in list(DIMENSIONS)[i + 1:] if matrix[a][b] is not None]
+    out["dimension_correlation"] = matrix
+    out["mean_dimension_correlation"] = round(fmean(off), 4) if off else None
+    out["first_component_share"] = first_component_share(dims)
+    if mode == "expected":
+        masses = [m for _, s in scores_with_mass(scores) for m in s]
+        out["mean_choice_mass"] = round(fmean(masses), 4) if masses else None
+        out["min_choice_mass"] = round(min(masses), 4) if masses else None
+    else:
+        out["parse_failure_rate"] = round(out["unscored"] / len(scores), 4) if scores else None
+    real = [(c, s) for c, s in scored if c["reply_type"] != "reference_padded"]
+    out["length_spearman"] = spearman([len(c["text"].split()) for c, _ in real], [s["total_reward"] for _, s in real])
+    refs = [(c, s) for c, s in real if c["reply_type"] == "reference"]
+    out["length_spearman_references"] = spearman([len(c["text"].split()) for c, _ in refs],
+                                                 [s["total_reward"] for _, s in refs])
+    probe = [r for r in items.values() if r.get("reference", {}).get("status") == "scored"
+             and r.get("reference_padded", {}).get("status") == "scored"]
+    deltas = [r["reference_padded"]["total_reward"] - r["reference"]["total_reward"] for r in probe]
+    out["length_probe"] = {**mean_with_ci(deltas), "up_fraction": round(fmean(d > 0 for d in deltas), 4) if deltas else None}
+    by_type: dict[str, list[float]] = {}
+    for c, s in scored:
+        by_type.setdefault(c["reply_type"], []).append(s["total_reward"])
+    out["mean_total_by_reply_type"] = {t: round(fmean(v), 4) for t, v in by_type.items()}
+    return out
+
+
+def scores_with_mass(scores: list[dict]):
+    for s in scores:
+        if s.get("choice_mass"):
+            yield s, list(s["choice_mass"].values())
+
+
+def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict]) -> dict:
+    """How far two judge modes agree on the same replies: rank correlation of totals, and how often they
+    make the same call on reference vs off-topic/cold."""
+    both = [(x["total_reward"], y["total_reward"]) for x, y in zip(a, b)
+            if x["status"] == "scored" and y["status"] == "scored"]
+    ia, ib = _by_item(candidates, a), _by_item(candidates, b)
+    same = []
+    for item_id in ia:
+        for worse in ("off_topic", "cold"):
+            pa, pb = ia[item_id], ib[item_id]
+            if all(p.get(t, {}).get("status") == "scored" for p in (pa, pb) for t in ("reference", worse)):
+                same.append(float((pa["reference"]["total_reward"] > pa[worse]["total_reward"])
+                                  == (pb["reference"]["total_reward"] > pb[worse]["total_reward"])))
+    return {"total_spearman": spearman([x for x, _ in both], [y for _, y in both]),
+            "same_call": mean_with_ci(same)}
+
+
+def choose_style(by_style: dict[str, dict]) -> str:
+    """The prompt format whose gated accuracies are highest on average (ties: the first configured)."""
+    def merit(fig: dict) -> float:
+        vals = [fig[g]["mean"] for g in GATED if fig[g]["mean"] is not None]
+        return fmean(vals) if vals else -1.0
+    return max(by_style, key=lambda s: merit(by_style[s]))
+
+
+def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams, backend, styles: list[str],
+                    modes: list[str], journal_for=None) -> tuple[dict, dict[tuple[str, str], list[dict]], list[dict]]:
+    """Score the items in every (format, mode); `journal_for(style, mode)` gives each run its journal."""
+    from mascot.annotate.reference_set import as_candidates
+
+    candidates, queries = as_candidates(items)
+    raw: dict[tuple[str, str], list[dict]] = {}
+    report: dict = {"by_prompt_style": {}}
+    for style in styles:
+        per_mode = {}
+        for mode in modes:
+            params = score_params.model_copy(update={"mode": mode})
+            journal = journal_for(style, mode) if journal_for else None
+            raw[(style, mode)] = score_candidates(candidates, queries, personas, params, backend, journal,
+                                                  prompt_style=style)
+            per_mode[mode] = analyse(candidates, raw[(style, mode)], mode)
+        if len(modes) == 2:
+            per_mode["mode_agreement"] = mode_agreement(candidates, raw[(style, modes[0])], raw[(style, modes[1])])
+        report["by_prompt_style"][style] = per_mode
+    return report, raw, candidates
+
+
+def headline(fig: dict) -> dict:
+    """The flat figures of one run for `dvc metrics show`."""
+    out = {}
+    for name, *_ in COMPARISONS:
+        f = fig[name]
+        out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
+    for key in ("mean_dimension_correlation", "first_component_share", "length_spearman", "mean_choice_mass",
+                "parse_failure_rate", "unscored"):
+        if key in fig:
+            out[key] = fig[key]
+    out["length_probe_delta"] = fig["length_probe"]["mean"]
+    out["length_probe_up_fraction"] = fig["length_probe"]["up_fraction"]
+    return out
+
+
+def plot_distributions(candidates: list[dict], raw: dict, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = list(raw)
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 3.6), squeeze=False)
+    for ax, (style, mode) in zip(axes[0], runs):
+        by_type: dict[str, list[float]] = {}
+        for c, s in zip(candidates, raw[(style, mode)]):
+            if s["status"] == "scored":
+                label = c["reply_type"] if c["kind"] == "dialogue" else f"qa {c['reply_type']}"
+                by_type.setdefault(label, []).append(s["total_reward"])
+        labels = sorted(by_type)
+        ax.boxplot([by_type[k] for k in labels], showmeans=True)
+        ax.set_xticks(range(1, len(labels) + 1), [f"{k}\n(n={len(by_type[k])})" for k in labels], fontsize=7)
+        ax.set_title(f"judge total by reply type\n{style} prompt, {mode} mode", fontsize=9)
+        ax.set_ylim(1, 5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(params, items_path: str = "data/judge_check/reference.jsonl",
+         scores_path: str = "data/judge_check/scores.jsonl", metrics_path: str = "metrics/judge_check.json",
+         report_path: str = "reports/judge_check.json", plot_path: str = "plots/judge_check/score_distribution.png") -> None:
+    from pathlib import Path
+
+    import mlflow
+
+    from mascot import registry
+    from mascot.annotate.reference_set import build_reference_set
+    from mascot.data.personas import load_personas
+    from mascot.data.prepare import load_source, token_counter
+    from mascot.io import BadRows, load_jsonl, write_json, write_jsonl
+    from mascot.llm.backend import make_backend
+    from mascot.resume import Journal
+
+    jc, p = params.judge_check, params.prepare
+    personas = load_personas(p.personas_file)
+    bad = BadRows(skip=p.skip_bad_rows)
+    dialogues = [d for spec in p.sources for d in load_source(spec, bad)]
+    used = {q["dialogue_id"] for q in load_jsonl("data/queries.jsonl")} if Path("data/queries.jsonl").exists() else set()
+    items = build_reference_set(dialogues, list(personas), p.max_context_tokens, token_counter(p.tokenizer),
+                                jc.dialogue_items, jc.qa_items, seed=jc.seed, exclude=used)
+    if not items:
+        raise ValueError("judge_check: the corpus gave no reference items (no user turn followed by a supporter "
+                         "reply, no QMSum answers); add a dialogue source")
+    write_jsonl(items_path, items)
+    modes = list(jc.modes or [params.score.mode])
+    styles = [params.score.prompt_style] if params.score.prompt_style != "auto" else list(jc.prompt_styles)
+    backend = make_backend(params.llm.judge, "llm.judge")
+    journals = {}  # one per (format, mode): a journal keeps only its own run's records
+
+    def journal_for(style, mode):
+        return journals.setdefault((style, mode), Journal(f"judge_check-{style}-{mode}"))
+    try:
+        report, raw, candidates = run_judge_check(items, personas, params.score, backend, styles, modes, journal_for)
+    finally:
+        for j in journals.values():
+            j.close()
+        backend.close()
+    chosen = choose_style({s: report["by_prompt_style"][s][modes[0]] for s in styles})
+    main_fig = report["by_prompt_style"][chosen][modes[0]]
+    metrics = {"judge_model": backend.model_name, "mode": modes[0], "chosen_prompt_style": chosen,
+               "items_dialogue": sum(i["kind"] == "dialogue" for i in items),
+               "items_qa": sum(i["kind"] == "qa" for i in items), **headline(main_fig),
+               "by_prompt_style": {f"{s}/{m}": headline(report["by_prompt_style"][s][m]) for s in styles for m in modes}}
+    if len(modes) == 2:
+        agreement = report["by_prompt_style"][chosen]["mode_agreement"]
+        metrics.update(mode_agreement_spearman=agreement["total_spearman"],
+                       mode_agreement_same_call=agreement["same_call"]["mean"])
+    report.update(metrics={k: v for k, v in metrics.items() if k != "by_prompt_style"})
+    write_jsonl(scores_path, [{**s, "reply_type": c["reply_type"], "prompt_style": style, "mode": mode}
+                              for (style, mode), scores in raw.items() for c, s in zip(candidates, scores)])
+    write_json(report_path, report)
+    write_json(metrics_path, metrics)
+    Path(plot_path).parent.mkdir(parents=True, exist_ok=True)
+    plot_distributions(candidates, raw, plot_path)
+
+    registry.setup_tracking(params)
+    exp = registry.experiment_id(params.mlflow.judge_experiment, params.mlflow.artifact_root)
+    with mlflow.start_run(experiment_id=exp, run_name=f"judge-check-{Path(backend.model_name).name}-{chosen}",
+                          tags={**registry.git_state(), "judge_model": backend.model_name,
+                                "chosen_prompt_style": chosen}):
+        mlflow.log_params({"judge_model": backend.model_name, "modes": ",".join(modes),
+                           "prompt_styles": ",".join(styles), "dialogue_items": metrics["items_dialogue"],
+                           "qa_items": metrics["items_qa"], "few_shot": params.score.few_shot})
+        for run_key, figs in metrics["by_prompt_style"].items():
+            mlflow.log_metrics({f"{run_key.replace('/', '.')}.{k}": v for k, v in figs.items()
+                                if isinstance(v, (int, float)) and v is not None})
+        mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and v is not None})
+        mlflow.log_artifact(report_path)
+        mlflow.log_artifact(plot_path)
+    print(f"judge_check: {len(items)} items; prompt format {chosen} chosen; "
+          + "; ".join(f"{s}/{m}: ref>off-topic {f['ref_gt_off_topic']} [{f['ref_gt_off_topic_ci_low']}, "
+                      f"{f['ref_gt_off_topic_ci_high']}], ref>cold {f['ref_gt_cold']} [{f['ref_gt_cold_ci_low']}, "
+                      f"{f['ref_gt_cold_ci_high']}]" for (s, m), f in
+                      ((tuple(k.split('/')), v) for k, v in metrics["by_prompt_style"].items())))

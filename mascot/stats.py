@@ -1,0 +1,65 @@
+"""Small statistics the pipeline reports with its figures: pairwise accuracy, bootstrap intervals, rank
+correlation. Percentile bootstrap over items (numpy), Spearman from scipy."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def pairwise_wins(better: list[float], worse: list[float]) -> list[float]:
+    """Per item: 1 if the first score is higher, 0 if lower, 0.5 on a tie (a tie is no preference)."""
+    return [1.0 if b > w else 0.0 if b < w else 0.5 for b, w in zip(better, worse)]
+
+
+def bootstrap_ci(values: list[float], level: float = 0.95, rounds: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean of `values` (resampling items)."""
+    if len(values) < 2:
+        return None
+    arr = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = arr[rng.integers(0, len(arr), size=(rounds, len(arr)))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return round(float(lo), 4), round(float(hi), 4)
+
+
+def mean_with_ci(values: list[float], seed: int = 0) -> dict:
+    """{mean, ci_low, ci_high, n}: the figure, its 95% bootstrap interval and how many items it rests on."""
+    ci = bootstrap_ci(values, seed=seed)
+    return {"mean": round(float(np.mean(values)), 4) if values else None,
+            "ci_low": ci[0] if ci else None, "ci_high": ci[1] if ci else None, "n": len(values)}
+
+
+def spearman(x: list[float], y: list[float]) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
+        return None
+    return round(float(spearmanr(x, y).statistic), 4)
+
+
+def correlation_matrix(columns: dict[str, list[float]]) -> dict[str, dict[str, float | None]]:
+    names = list(columns)
+    arr = np.asarray([columns[n] for n in names], dtype=float)
+    out: dict[str, dict[str, float | None]] = {}
+    for i, a in enumerate(names):
+        out[a] = {}
+        for j, b in enumerate(names):
+            if arr.shape[1] < 3 or arr[i].std() == 0 or arr[j].std() == 0:
+                out[a][b] = None
+            else:
+                out[a][b] = round(float(np.corrcoef(arr[i], arr[j])[0, 1]), 4)
+    return out
+
+
+def first_component_share(columns: dict[str, list[float]]) -> float | None:
+    """Share of the variance the first principal component of the standardized columns explains: near 1.0
+    means the columns are one signal under several names."""
+    arr = np.asarray(list(columns.values()), dtype=float)
+    if arr.shape[1] < 3:
+        return None
+    std = arr.std(axis=1, keepdims=True)
+    keep = std[:, 0] > 0
+    if keep.sum() < 2:
+        return None
+    z = (arr[keep] - arr[keep].mean(axis=1, keepdims=True)) / std[keep]
+    eig = np.linalg.eigvalsh(np.corrcoef(z))
+    return round(float(eig[-1] / eig.sum()), 4)
