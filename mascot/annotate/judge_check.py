@@ -156,8 +156,13 @@ def plot_distributions(candidates: list[dict], raw: dict, path) -> None:
                 label = c["reply_type"] if c["kind"] == "dialogue" else f"qa {c['reply_type']}"
                 by_type.setdefault(label, []).append(s["total_reward"])
         labels = sorted(by_type)
-        ax.boxplot([by_type[k] for k in labels], showmeans=True)
-        ax.set_xticks(range(1, len(labels) + 1), [f"{k}\n(n={len(by_type[k])})" for k in labels], fontsize=7)
+        if labels:
+            ax.boxplot([by_type[k] for k in labels], showmeans=True)
+            ax.set_xticks(range(1, len(labels) + 1), [f"{k}\n(n={len(by_type[k])})" for k in labels], fontsize=7,
+                          rotation=20)
+        else:  # say why the panel is empty instead of drawing nothing
+            unscored = sum(s["status"] != "scored" for s in raw[(style, mode)])
+            ax.text(0.5, 3, f"all {unscored} replies unscored\n(see reports/judge_check.json)", ha="center")
         ax.set_title(f"judge total by reply type\n{style} prompt, {mode} mode", fontsize=9)
         ax.set_ylim(1, 5)
     fig.tight_layout()
