@@ -19,6 +19,7 @@ class StandIn(BaseHTTPRequestHandler):
     fault: str = "503"
     stall_s: float = 5.0
     chat_prefix: str = ""  # e.g. a <think>...</think> block, as a reasoning model writes before its answer
+    json_reply: str | None = None  # the text of every completion (e.g. a judge that always answers the same)
 
     def log_message(self, *args):
         pass
@@ -56,11 +57,13 @@ class StandIn(BaseHTTPRequestHandler):
         elif self.path.endswith("/chat/completions"):
             resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "usage": usage,
                     "choices": [{"index": i, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": f"{cls.chat_prefix} reply {i} "}}
+                                 "message": {"role": "assistant", "content": cls.json_reply if cls.json_reply is not None
+                                             else f"{cls.chat_prefix} reply {i} "}}
                                 for i in range(body.get("n", 1))]}
         else:
+            text = cls.json_reply if cls.json_reply is not None else " text"
             resp = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"], "usage": usage,
-                    "choices": [{"index": i, "text": " text", "finish_reason": "stop", "logprobs": None}
+                    "choices": [{"index": i, "text": text, "finish_reason": "stop", "logprobs": None}
                                 for i in range(body.get("n", 1))]}
         data = json.dumps(resp).encode()
         self.send_response(200)
@@ -73,7 +76,7 @@ class StandIn(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     StandIn.bodies, StandIn.fail_first, StandIn.ok_budget, StandIn.fault = [], 0, None, "503"
-    StandIn.chat_prefix = ""
+    StandIn.chat_prefix, StandIn.json_reply = "", None
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)

@@ -4,6 +4,7 @@ import pytest
 
 from mascot.annotate.rubric import DIMENSIONS
 from mascot.validate.gate import summary, validate_data
+from tests.stand_in import server  # noqa: F401  (fixture)
 
 
 def dataset():
@@ -106,3 +107,30 @@ def test_gate_stops_empty_json_reasons():
     results, _ = validate_data(cands, scores, pairs, margin=0.5, min_pairs=1,
                                judge_check={"ref_gt_off_topic": 0.9, "ref_gt_cold": 0.9}, judge_limits=judge_limits())
     assert "empty_reason_fraction = 1.0" in summary(results)
+
+
+def test_a_json_judge_that_answers_1_with_empty_reasons_is_flagged_and_stopped(server, personas, capsys):
+    """The defect seen on the real-use path: every candidate got 1 on every dimension with empty reasons
+    and was recorded as scored. The scores stay what the judge said; the metrics flag it and the gate stops."""
+    import json
+
+    from mascot.annotate.score import score_candidates, score_metrics
+    from mascot.config import LLMEndpoint, ScoreParams
+    from mascot.llm.openai_backend import OpenAIBackend
+    from tests.stand_in import StandIn
+
+    StandIn.json_reply = json.dumps({d: {"reason": "", "score": 1} for d in DIMENSIONS})
+    ctx = [{"role": "user", "content": "I lost my job."}]
+    queries = {f"q{k}": {"query_id": f"q{k}", "context": ctx} for k in range(3)}
+    cands = [{"candidate_id": f"q{k}|The Anchor|{i}", "query_id": f"q{k}", "persona": "The Anchor",
+              "candidate_index": i, "text": f"reply {i} to {k}"} for k in range(3) for i in range(3)]
+    backend = OpenAIBackend(LLMEndpoint(backend="openai", model="m", base_url=server))
+    scores = score_candidates(cands, queries, personas, ScoreParams(mode="json", prompt_style="chat"), backend)
+    m = score_metrics(scores)
+    assert m["constant_group_fraction"] == 1.0 and m["empty_reason_fraction"] == 1.0
+    results, _ = validate_data(cands, scores, [], margin=0.5, min_pairs=0,
+                               judge_check={"ref_gt_off_topic": 0.9, "ref_gt_cold": 0.9}, judge_limits=judge_limits())
+    text = summary(results)
+    with capsys.disabled():
+        print("\nGATE on a constant json judge:\n" + text)
+    assert "constant_group_fraction = 1.0" in text and "empty_reason_fraction = 1.0" in text

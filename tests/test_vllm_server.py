@@ -140,5 +140,7 @@ def test_thinking_switch_reaches_the_chat_template(vllm, capsys):
 
 
 def test_seeds_are_off_for_the_cpu_build(vllm):
+    from mascot.llm.serve import server_device
+
     backend = OpenAIBackend(endpoint(vllm, send_seed="auto"))
-    assert "cpu" in (backend.server_version() or "") and backend.send_seed is False
+    assert server_device(vllm.base_url) == "cpu" and backend.send_seed is False

@@ -40,9 +40,14 @@ class OpenAIBackend:
 
     @property
     def send_seed(self) -> bool:
+        """auto: seeds off for vLLM's CPU build (its engine died on concurrent seeded sampling), on otherwise.
+        The build is known from `mascot serve`'s record of the servers it started here, or from a version
+        string marked +cpu."""
         if self._send_seed == "auto":
-            version = self.server_version() or ""
-            self._send_seed = "cpu" not in version  # vLLM's CPU build reports e.g. 0.32.0+cpu
+            from mascot.llm.serve import server_device
+
+            device = server_device(self.base_url) or ("cpu" if "cpu" in (self.server_version() or "") else None)
+            self._send_seed = device != "cpu"
         return bool(self._send_seed)
 
     def server_version(self) -> str | None:
