@@ -132,18 +132,21 @@ def decide_promotion(new: dict, champion: dict | None, min_accuracy: float,
     if acc < min_accuracy:
         return False, f"eval accuracy {acc:.4f} is below the threshold {min_accuracy:.4f}"
     baseline = new.get("length_baseline_accuracy")
-    if beat_length_baseline and baseline is not None and acc <= baseline:
-        return False, (f"eval accuracy {acc:.4f} does not beat the longer-reply-wins baseline {baseline:.4f} "
-                       "on the same pairs: the model may have learned length, not the rubric")
+    beats = ""
+    if beat_length_baseline and baseline is not None:
+        if acc <= baseline:
+            return False, (f"eval accuracy {acc:.4f} does not beat the longer-reply-wins baseline {baseline:.4f} "
+                           "on the same pairs: the model may have learned length, not the rubric")
+        beats = f", above the longer-reply-wins baseline {baseline:.4f}"
     if champion is None:
-        return True, f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f}; no champion yet"
+        return True, f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f}{beats}; no champion yet"
     c_acc = champion["accuracy"]
     if acc < c_acc:
         return False, f"eval accuracy {acc:.4f} is worse than the champion's {c_acc:.4f} on the same eval pairs"
     if acc == c_acc and new["mean_margin"] < champion["mean_margin"]:
         return False, (f"eval accuracy ties the champion's ({acc:.4f}) and its mean margin "
                        f"{new['mean_margin']:.4f} is below the champion's {champion['mean_margin']:.4f}")
-    return True, (f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f} and not worse than the champion "
+    return True, (f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f}{beats} and not worse than the champion "
                   f"({c_acc:.4f}, margin {champion['mean_margin']:.4f})")
 
 
