@@ -76,11 +76,10 @@ class OpenAIBackend:
             return None
         import json
 
-        import httpx
-
         async def hook(request):
             self.on_request(json.loads(request.content or b"{}"))
-        return httpx.AsyncClient(event_hooks={"request": [hook]}, timeout=self.timeout_s)
+        # the openai package's own HTTP client class (it brings its HTTP library along)
+        return openai.DefaultAsyncHttpxClient(event_hooks={"request": [hook]}, timeout=self.timeout_s)
 
     def _run(self, coros_factory, progress):
         async def main():

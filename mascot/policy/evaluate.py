@@ -11,7 +11,7 @@ from statistics import fmean
 
 from mascot.annotate.generate import generate_candidates
 from mascot.annotate.rubric import DIMENSIONS
-from mascot.annotate.score import score_candidates
+from mascot.annotate.score import resolve_prompt_style, score_candidates
 from mascot.config import GenerateParams
 from mascot.reward.prompt import persona_fields
 
@@ -33,7 +33,8 @@ def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[
     by_q = {q["query_id"]: q for q in queries}
     rm = scorer.score([(persona_fields(personas[c["persona"]]), by_q[c["query_id"]]["context"], c["text"])
                        for c in candidates])
-    scores = score_candidates(candidates, by_q, personas, params.score, judge)
+    scores = score_candidates(candidates, by_q, personas, params.score, judge,
+                              prompt_style=resolve_prompt_style(params.score))
     scored = [s for s in scores if s["status"] == "scored"]
     metrics = {"replies": len(candidates), "rm_mean_score": round(fmean(rm), 4) if rm else None,
                "mean_reply_words": round(fmean(len(c["text"].split()) for c in candidates), 2) if candidates else None,
