@@ -111,12 +111,17 @@ class ServerExited(RuntimeError):
         super().__init__(f"vLLM exited by itself with code {code} {when}; last lines of {log_path}:\n{tail}")
 
 
-def log_tail(path: str, lines: int = 30) -> str:
+def log_tail(path: str, lines: int = 15, error_lines: int = 12) -> str:
+    """The log's last error lines (vLLM's root cause scrolls away under shutdown noise), then its last lines."""
+    import re
+
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        text = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as exc:
         return f"(log unreadable: {exc})"
-    return "\n".join("    " + line for line in text.splitlines()[-lines:])
+    errors = [x for x in text if re.search(r"\bERROR\b|Error\b|Exception|Traceback", x) and "leaked" not in x]
+    out = (["  error lines:"] + ["    " + x for x in errors[-error_lines:]] if errors else [])
+    return "\n".join(out + ["  last lines:"] + ["    " + x for x in text[-lines:]])
 
 
 class VLLMServer:
