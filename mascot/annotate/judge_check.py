@@ -52,7 +52,7 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str) -> dict:
     out["mean_dimension_correlation"] = round(fmean(off), 4) if off else None
     out["first_component_share"] = first_component_share(dims)
     if mode == "expected":
-        masses = [m for _, s in scores_with_mass(scores) for m in s]
+        masses = [m for s in scores for m in (s.get("choice_mass") or {}).values()]
         out["mean_choice_mass"] = round(fmean(masses), 4) if masses else None
         out["min_choice_mass"] = round(min(masses), 4) if masses else None
     else:
@@ -71,12 +71,6 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str) -> dict:
         by_type.setdefault(c["reply_type"], []).append(s["total_reward"])
     out["mean_total_by_reply_type"] = {t: round(fmean(v), 4) for t, v in by_type.items()}
     return out
-
-
-def scores_with_mass(scores: list[dict]):
-    for s in scores:
-        if s.get("choice_mass"):
-            yield s, list(s["choice_mass"].values())
 
 
 def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict]) -> dict:

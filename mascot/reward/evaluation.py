@@ -37,6 +37,7 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
 def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
     """The reward model on judge_check's reference set: does it rank the human reply above an off-topic one
     and a cold one (as a judge should)? Accuracy with bootstrap 95% intervals and n."""
+    from mascot.annotate.judge_check import COMPARISONS
     from mascot.reward.prompt import persona_fields
     from mascot.stats import mean_with_ci, pairwise_wins
 
@@ -46,10 +47,9 @@ def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
     for (i, t, _), s in zip(rows, scores):
         by_item.setdefault(i["item_id"], {"kind": i["kind"]})[t] = s
     out = {}
-    for name, worse, kind in (("ref_gt_off_topic", "off_topic", "dialogue"), ("ref_gt_cold", "cold", "dialogue"),
-                              ("qa_ref_gt_off_topic", "off_topic", "qa")):
-        both = [r for r in by_item.values() if r["kind"] == kind and "reference" in r and worse in r]
-        fig = mean_with_ci(pairwise_wins([r["reference"] for r in both], [r[worse] for r in both]))
+    for name, better, worse, kind in COMPARISONS:  # the judge's own comparisons, on the reward model
+        both = [r for r in by_item.values() if r["kind"] == kind and better in r and worse in r]
+        fig = mean_with_ci(pairwise_wins([r[better] for r in both], [r[worse] for r in both]))
         out.update({f"reference_{name}": fig["mean"], f"reference_{name}_ci_low": fig["ci_low"],
                     f"reference_{name}_ci_high": fig["ci_high"], f"reference_{name}_n": fig["n"]})
     return out

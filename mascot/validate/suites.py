@@ -10,6 +10,7 @@ import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
+from mascot.annotate.judge_check import GATED
 from mascot.annotate.rubric import DIMENSIONS
 
 TOL = 1e-3  # scores are stored rounded to 4 decimals
@@ -100,7 +101,7 @@ def pairs_suite(df: pd.DataFrame, margin: float, min_pairs: int) -> list:
 def judge_frame(judge_check: dict, score_metrics: dict) -> pd.DataFrame:
     """One row of judge-quality figures: judge_check's gated accuracies and the scores' signs of a judge that
     is not judging (constant totals within a query, empty reasons). A missing figure is NaN (not gated)."""
-    row = {name: judge_check.get(name) for name in ("ref_gt_off_topic", "ref_gt_cold")}
+    row = {name: judge_check.get(name) for name in GATED}
     row["constant_group_fraction"] = score_metrics.get("constant_group_fraction")
     row["empty_reason_fraction"] = score_metrics.get("empty_reason_fraction")
     return pd.DataFrame([row], dtype=float)
@@ -108,8 +109,7 @@ def judge_frame(judge_check: dict, score_metrics: dict) -> pd.DataFrame:
 
 def judge_suite(df: pd.DataFrame, min_judge_accuracy: float, max_constant_group_fraction: float,
                 max_empty_reason_fraction: float) -> list:
-    checks = [gxe.ExpectColumnValuesToBeBetween(column=name, min_value=min_judge_accuracy)
-              for name in ("ref_gt_off_topic", "ref_gt_cold")]
+    checks = [gxe.ExpectColumnValuesToBeBetween(column=name, min_value=min_judge_accuracy) for name in GATED]
     checks += [gxe.ExpectColumnValuesToBeBetween(column="constant_group_fraction", max_value=max_constant_group_fraction),
                gxe.ExpectColumnValuesToBeBetween(column="empty_reason_fraction", max_value=max_empty_reason_fraction)]
     return checks
