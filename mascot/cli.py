@@ -17,6 +17,15 @@ STAGES = {
     "train_rm": "mascot.reward.train",
     "train_grpo": "mascot.policy.grpo",
     "evaluate": "mascot.policy.evaluate",
+    # stage 2: the Director, one level up
+    "episodes": "mascot.annotate.episodes",
+    "score_group": "mascot.annotate.score:main_group",
+    "pairs_group": "mascot.pairs:main_group",
+    "validate_group": "mascot.validate.stage:main_group",
+    "train_group_rm": "mascot.reward.train:main_group",
+    "promote_group": "mascot.promote:main_group",
+    "train_director": "mascot.policy.director",
+    "evaluate_group": "mascot.policy.evaluate_group",
 }
 
 
@@ -37,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     promote.add_argument("--version", help="move the alias to this registered version (promotion or rollback)")
     promote.add_argument("--alias", default=None, help="which alias (default: promote.alias, e.g. champion)")
     promote.add_argument("--reason", default="", help="why; recorded as a version tag")
+    promote.add_argument("--model", default=None, help="with --version: the registered model (default: "
+                         "train_rm.registered_model; e.g. mascot-group-rm)")
     probe = sub.add_parser("probe", help="score the fixed probe texts with a registered reward model (round-trip check)")
     probe.add_argument("--uri", default=None, help="default: models:/<train_rm.registered_model>@<promote.alias>")
     sub.add_parser("serve", help="start vLLM's OpenAI-compatible server (see `mascot serve --help`)")
@@ -68,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.version:
                 if not args.reason:
                     parser.error("promote --version needs --reason (it is recorded on the version)")
-                promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason)
+                promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason,
+                                            args.model)
             else:
                 promote_mod.main(params)
             return 0

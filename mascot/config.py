@@ -78,6 +78,7 @@ class LLMEndpoint(Block):
 class LLMParams(Block):
     speaker: LLMEndpoint = LLMEndpoint()
     judge: LLMEndpoint = LLMEndpoint()
+    director: LLMEndpoint | None = None  # stage 2's episode Director; default: the speaker's model
 
 
 class GenerateParams(Block):
@@ -87,6 +88,23 @@ class GenerateParams(Block):
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(64, ge=1)
     seed: int = 1234
+
+
+class EpisodesParams(Block):
+    max_queries: int | None = Field(6, ge=1)  # prefixes (queries) that get episodes; the rest are held out
+    branches: int = Field(4, ge=2)  # K: directives sampled at the branch point
+    agent_turns: int = Field(2, ge=1)  # N: agent turns each branch rolls forward
+    user_turns: bool = False  # a simulated user turn (same LLM, user role) between agent turns
+    # llm: the Director model writes each directive; random / round_robin: a scripted order with a generic
+    # directive (the ablations; and the tiny profile, whose random-weight model cannot write a directive)
+    director: Literal["llm", "random", "round_robin"] = "llm"
+    director_style: Literal["chat", "transcript"] = "chat"
+    director_temperature: float = Field(1.0, ge=0)
+    director_max_tokens: int = Field(48, ge=8)
+    temperature: float = Field(0.9, ge=0)  # speakers and the simulated user
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(48, ge=1)  # per turn
+    seed: int = 7
 
 
 class ScoreParams(Block):
@@ -137,6 +155,8 @@ class MlflowParams(Block):
     reward_experiment: str = "mascot-reward-model"
     judge_experiment: str = "mascot-judge"
     policy_experiment: str = "mascot-speaker"
+    group_reward_experiment: str = "mascot-group-reward-model"
+    director_experiment: str = "mascot-director"
 
 
 class LoraParams(Block):
@@ -189,6 +209,28 @@ class GRPOParams(Block):
     seed: int = 0
 
 
+class DirectorParams(GRPOParams):
+    base_model: str = "models/small"
+    registered_model: str = "mascot-director"
+    prompt_style: Literal["transcript", "chat"] = "transcript"
+    max_completion_length: int = Field(40, ge=8)
+    format_weight: float = 1.0  # a parseable directive naming a known agent
+    diversity_weight: float = 0.2  # penalty for naming the previous turn's speaker again
+    rollout_turns: int = Field(1, ge=1)  # agent turns rolled forward from the directive before the group RM scores
+    rollout_max_tokens: int = Field(40, ge=1)
+
+
+class EvaluateGroupParams(Block):
+    max_queries: int | None = Field(4, ge=1)  # held-out queries (not given episodes), one conversation each
+    agent_turns: int = Field(2, ge=1)
+    user_turns: bool = False
+    director_temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(40, ge=1)
+    conditions: list[Literal["trained", "base", "random", "round_robin"]] = Field(
+        ["trained", "base", "random", "round_robin"], min_length=1)
+    seed: int = 0
+
+
 class EvaluateParams(Block):
     max_queries: int | None = Field(8, ge=1)
     max_tokens: int = Field(48, ge=1)
@@ -213,6 +255,12 @@ class Params(Block):
     promote: PromoteParams = PromoteParams()
     grpo: GRPOParams = GRPOParams()
     evaluate: EvaluateParams = EvaluateParams()
+    # stage 2: the same paradigm one level up (a block of group turns instead of one reply)
+    episodes: EpisodesParams = EpisodesParams()
+    group_pairs: PairsParams = PairsParams()
+    train_group_rm: TrainRMParams = TrainRMParams(registered_model="mascot-group-rm")
+    train_director: DirectorParams = DirectorParams()
+    evaluate_group: EvaluateGroupParams = EvaluateGroupParams()
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 

@@ -1,4 +1,8 @@
-"""The `pairs` stage: chosen/rejected preference pairs from scored candidates (a pure function)."""
+"""The `pairs` and `pairs_group` stages: chosen/rejected preference pairs from scored units (pure functions).
+
+One pairing rule for both granularities (`ranked_pairs`): every pair of one group's scored units whose totals
+differ by at least the margin, a tie never, identical texts never. Stage 1's group is a query and persona
+(the candidates of one prompt); stage 2's is a prefix (the branches of one conversation)."""
 from __future__ import annotations
 
 import hashlib
@@ -21,29 +25,42 @@ def split_of(query_ids: list[str], eval_fraction: float, seed: int) -> dict[str,
     return split
 
 
-def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, dict],
-                personas: dict[str, Persona], params: PairsParams) -> list[dict]:
-    by_id = {c["candidate_id"]: c for c in candidates}
-    groups: dict[tuple[str, str], list[dict]] = {}
+def scored_groups(scores: list[dict], unit_id: str, group_fields: tuple[str, ...]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
     for s in scores:
         if s["status"] != "scored":
             continue
         if not 1.0 <= s["total_reward"] <= 5.0:
-            raise ValueError(f"candidate {s['candidate_id']}: total_reward {s['total_reward']} is outside [1, 5]")
-        groups.setdefault((s["query_id"], s["persona"]), []).append(s)
+            raise ValueError(f"{unit_id} {s[unit_id]}: total_reward {s['total_reward']} is outside [1, 5]")
+        groups.setdefault(tuple(s[f] for f in group_fields), []).append(s)
+    return groups
+
+
+def ranked_pairs(group: list[dict], margin: float, text_of) -> list[tuple[dict, dict]]:
+    """(higher, lower) score records of every pair in `group` (in its order) at least `margin` apart."""
+    out = []
+    for a, b in combinations(group, 2):
+        gap = abs(a["total_reward"] - b["total_reward"])
+        if gap <= EPS or gap + EPS < margin:
+            continue  # a tie has no chosen side, whatever the margin
+        hi, lo = (a, b) if a["total_reward"] > b["total_reward"] else (b, a)
+        if text_of(hi).strip() == text_of(lo).strip():
+            continue  # identical texts teach nothing, whatever the judge said
+        out.append((hi, lo))
+    return out
+
+
+def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, dict],
+                personas: dict[str, Persona], params: PairsParams) -> list[dict]:
+    by_id = {c["candidate_id"]: c for c in candidates}
+    groups = scored_groups(scores, "candidate_id", ("query_id", "persona"))
     split = split_of([q for q, _ in groups], params.eval_fraction, params.split_seed)
     pairs = []
     for (query_id, persona_name), group in sorted(groups.items()):
         group.sort(key=lambda s: by_id[s["candidate_id"]]["candidate_index"])
         system = {"role": "system", "content": personas[persona_name].system_prompt()}
-        for a, b in combinations(group, 2):
-            gap = abs(a["total_reward"] - b["total_reward"])
-            if gap <= EPS or gap + EPS < params.score_margin:
-                continue  # a tie has no chosen side, whatever the margin
-            hi, lo = (a, b) if a["total_reward"] > b["total_reward"] else (b, a)
+        for hi, lo in ranked_pairs(group, params.score_margin, lambda s: by_id[s["candidate_id"]]["text"]):
             chosen, rejected = by_id[hi["candidate_id"]], by_id[lo["candidate_id"]]
-            if chosen["text"].strip() == rejected["text"].strip():
-                continue  # identical texts teach nothing, whatever the judge said
             pairs.append({
                 "pair_id": f"{chosen['candidate_id']}>{rejected['candidate_id']}",
                 "query_id": query_id, "persona": persona_name, "split": split[query_id],
@@ -57,15 +74,51 @@ def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, d
     return pairs
 
 
+def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[str, dict],
+                      params: PairsParams) -> list[dict]:
+    """Stage 2: pairs of branches of the same prefix; chosen and rejected are their blocks of turns."""
+    from mascot.annotate.director import block_messages
+
+    by_id = {e["episode_id"]: e for e in episodes}
+    groups = scored_groups(scores, "episode_id", ("prefix_id",))
+    split = split_of([by_id[g[0]["episode_id"]]["query_id"] for g in groups.values()], params.eval_fraction,
+                     params.split_seed)
+    pairs = []
+    for (prefix_id,), group in sorted(groups.items()):
+        group.sort(key=lambda s: by_id[s["episode_id"]]["branch"])
+        for hi, lo in ranked_pairs(group, params.score_margin, lambda s: block_text(by_id[s["episode_id"]]["turns"])):
+            chosen, rejected = by_id[hi["episode_id"]], by_id[lo["episode_id"]]
+            query_id = chosen["query_id"]
+            pairs.append({
+                "pair_id": f"{chosen['episode_id']}>{rejected['episode_id']}", "granularity": "block",
+                "query_id": query_id, "prefix_id": prefix_id, "split": split[query_id],
+                "prompt": queries[query_id]["context"],
+                "chosen": block_messages(chosen["turns"]), "rejected": block_messages(rejected["turns"]),
+                "score_chosen": hi["total_reward"], "score_rejected": lo["total_reward"],
+                "margin": round(hi["total_reward"] - lo["total_reward"], 4),
+                "chosen_id": chosen["episode_id"], "rejected_id": rejected["episode_id"],
+            })
+    return pairs
+
+
+def block_text(turns: list[dict]) -> str:
+    return "\n".join(f"{t.get('speaker') or 'Person'}: {t['text']}" for t in turns)
+
+
 def reply_words(text: str) -> int:
     return len(text.split())
 
 
+def side_words(messages: list[dict]) -> int:
+    return sum(reply_words(m["content"]) for m in messages)
+
+
 def chosen_longer(pair: dict) -> bool | None:
-    """True if the chosen reply has more words, False if fewer, None on equal length (or no texts)."""
+    """True if the chosen side (a reply, or a block's turns) has more words, False if fewer, None on equal
+    length (or no texts)."""
     if not pair.get("chosen") or not pair.get("rejected"):
         return None
-    c, r = reply_words(pair["chosen"][-1]["content"]), reply_words(pair["rejected"][-1]["content"])
+    c, r = side_words(pair["chosen"]), side_words(pair["rejected"])
     return None if c == r else c > r
 
 
@@ -92,27 +145,46 @@ def balance_length(pairs: list[dict], seed: int = 0) -> tuple[list[dict], int]:
     return [p for p in pairs if p["pair_id"] not in drop], len(drop)
 
 
+def pair_metrics_summary(pairs: list[dict], margin: float, before: float | None, dropped: int) -> dict:
+    from statistics import fmean
+
+    return {"pairs": len(pairs), "train_pairs": sum(p["split"] == "train" for p in pairs),
+            "eval_pairs": sum(p["split"] == "eval" for p in pairs), "score_margin": margin,
+            "mean_margin": round(fmean(p["margin"] for p in pairs), 4) if pairs else None,
+            "chosen_longer_fraction": chosen_longer_fraction(pairs), "chosen_longer_fraction_before_balance": before,
+            "equal_length_pairs": sum(chosen_longer(p) is None for p in pairs), "dropped_for_length_balance": dropped}
+
+
+def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics: str) -> None:
+    from mascot.io import write_json, write_jsonl
+
+    before, dropped = chosen_longer_fraction(pairs), 0
+    if params.balance_length:
+        pairs, dropped = balance_length(pairs, params.split_seed)
+    write_jsonl(out, pairs)
+    m = pair_metrics_summary(pairs, params.score_margin, before, dropped)
+    write_json(metrics, m)
+    print(f"{name}: {len(pairs)} pairs at margin {params.score_margin}, chosen longer in "
+          f"{m['chosen_longer_fraction']} (before balancing {before}, {dropped} dropped) -> {out}")
+
+
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
          scores_path: str = "data/scores.jsonl", out: str = "data/pairs.jsonl",
          metrics: str = "metrics/pairs.json") -> None:
-    from statistics import fmean
-
     from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.io import load_jsonl
 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     pairs = build_pairs(load_jsonl(candidates_path), load_jsonl(scores_path), queries,
                         load_personas(params.prepare.personas_file), params.pairs)
-    before = chosen_longer_fraction(pairs)
-    dropped = 0
-    if params.pairs.balance_length:
-        pairs, dropped = balance_length(pairs, params.pairs.split_seed)
-    write_jsonl(out, pairs)
-    m = {"pairs": len(pairs), "train_pairs": sum(p["split"] == "train" for p in pairs),
-         "eval_pairs": sum(p["split"] == "eval" for p in pairs), "score_margin": params.pairs.score_margin,
-         "mean_margin": round(fmean(p["margin"] for p in pairs), 4) if pairs else None,
-         "chosen_longer_fraction": chosen_longer_fraction(pairs), "chosen_longer_fraction_before_balance": before,
-         "equal_length_pairs": sum(chosen_longer(p) is None for p in pairs), "dropped_for_length_balance": dropped}
-    write_json(metrics, m)
-    print(f"pairs: {len(pairs)} pairs at margin {params.pairs.score_margin}, chosen longer in "
-          f"{m['chosen_longer_fraction']} (before balancing {before}, {dropped} dropped) -> {out}")
+    _finish("pairs", pairs, params.pairs, out, metrics)
+
+
+def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
+               scores_path: str = "data/group/scores.jsonl", out: str = "data/group/pairs.jsonl",
+               metrics: str = "metrics/pairs_group.json") -> None:
+    from mascot.io import load_jsonl
+
+    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
+    pairs = build_block_pairs(load_jsonl(episodes_path), load_jsonl(scores_path), queries, params.group_pairs)
+    _finish("pairs_group", pairs, params.group_pairs, out, metrics)

@@ -28,12 +28,13 @@ def measure(scorer: RewardScorer, pairs: list[dict], personas: dict) -> dict:
 
 def main(params, registered_path: str = "models/reward/registered.json", pairs_path: str = "data/pairs.jsonl",
          metrics_path: str = "metrics/promote.json") -> None:
+    """The gate for either reward model: the registered.json it reads names the model and its granularity."""
     from mascot.data.personas import load_personas
 
     registry.setup_tracking(params)
     p = params.promote
     new = json.loads(Path(registered_path).read_text())
-    name, version = new["name"], new["version"]
+    name, version, granularity = new["name"], new["version"], new.get("granularity", "reply")
     state = registry.registration_state(name, version)
     if state != "complete":
         raise RuntimeError(f"{name} v{version}: registration is '{state}' (its training run did not finish); "
@@ -42,7 +43,7 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     eval_pairs = [x for x in load_jsonl(pairs_path) if x["split"] == "eval"]
 
     new_scorer = RewardScorer.from_registry(f"models:/{name}/{version}")
-    probe = new_scorer.score(probe_items(personas))
+    probe = new_scorer.score(probe_items(personas, granularity))
     drift = max(abs(a - b) for a, b in zip(probe, new["probe_scores"]))
     if drift > ROUNDTRIP_TOLERANCE:
         raise RuntimeError(f"{name} v{version}: registry copy scores differ from training by {drift:.2e}; "
@@ -70,9 +71,14 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     print(f"promote: {name} v{version} -> @{alias}: {reason}")
 
 
-def promote_by_hand(params, version: str, alias: str, reason: str) -> None:
+def main_group(params) -> None:
+    """Stage 2: the group reward model through the same gate, on the block eval pairs."""
+    main(params, "models/group_reward/registered.json", "data/group/pairs.jsonl", "metrics/promote_group.json")
+
+
+def promote_by_hand(params, version: str, alias: str, reason: str, name: str | None = None) -> None:
     registry.setup_tracking(params)
-    name = params.train_rm.registered_model
+    name = name or params.train_rm.registered_model
     state = registry.registration_state(name, version)
     if state != "complete":
         raise RuntimeError(f"{name} v{version}: registration is '{state}'; only completely registered versions "

@@ -148,3 +148,42 @@ def test_kill_9_mid_stage_then_resume_equals_clean_run(tiny_workspace):
     assert report["duplicates"] == 0
     assert ids == [c["candidate_id"] for c in want]  # exactly the keys of a clean run
     assert got == want  # and, with fixed chunks and seeds, exactly its records
+
+
+def run_episodes(work, env, resume_dir, out):
+    cmd = [sys.executable, "-c", f"from mascot.annotate.episodes import main; from mascot.config import load_params; "
+                                 f"main(load_params(), out='{out}')"]
+    return subprocess.Popen(cmd, cwd=work, env={**env, "MASCOT_RESUME_DIR": str(resume_dir)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_kill_9_during_episodes_then_resume_equals_clean_run(tiny_workspace):
+    """Stage 2's rollouts reuse generate's journal and fixed chunks: the same guarantee."""
+    work, env = tiny_workspace
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["episodes"].update(max_queries=None, branches=3, agent_turns=2, user_turns=True, max_tokens=16)
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    clean = run_episodes(work, env, work / "ep-clean", "data/ep-clean.jsonl")
+    assert clean.wait(timeout=600) == 0, clean.stderr.read().decode()[-2000:]
+    want = [json.loads(x) for x in (work / "data/ep-clean.jsonl").read_text().splitlines()]
+    prefixes = len({e["prefix_id"] for e in want})
+
+    journal = work / "ep-killed/episodes.jsonl"
+    proc = run_episodes(work, env, work / "ep-killed", "data/ep-killed.jsonl")
+    deadline = time.time() + 300
+    while journal_lines(journal) < 5 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (work / "data/ep-killed.jsonl").exists(), "the stage finished before the kill: nothing was tested"
+    before = journal_lines(journal)
+    resumed = run_episodes(work, env, work / "ep-killed", "data/ep-killed.jsonl")
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-2000:]
+    got = [json.loads(x) for x in (work / "data/ep-killed.jsonl").read_text().splitlines()]
+    metrics = json.loads((work / "metrics/episodes.json").read_text())
+    print("KILL9-EPISODES", json.dumps({"prefixes": prefixes, "journal_prefixes_at_kill": before,
+                                       "resumed_prefixes": metrics["resumed_prefixes"], "episodes": len(got),
+                                       "equal_to_clean_run": got == want}))
+    assert 0 < before < prefixes and metrics["resumed_prefixes"] >= before - 1
+    assert [e["episode_id"] for e in got] == [e["episode_id"] for e in want]
+    assert got == want

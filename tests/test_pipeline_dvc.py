@@ -45,13 +45,17 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
     work, env = dvc_repo
     first = sh("dvc repro", work, env)
     assert ran_stages(first) == {"base_model", "small_model", "prepare", "generate", "judge_check", "score", "pairs",
-                                 "validate", "train_rm", "promote", "train_grpo", "evaluate"}
+                                 "validate", "train_rm", "promote", "train_grpo", "evaluate",
+                                 "episodes", "score_group", "pairs_group", "validate_group", "train_group_rm",
+                                 "promote_group", "train_director", "evaluate_group"}
     report = json.loads((work / "reports/validation.json").read_text())
     assert report["success"] and report["failed"] == 0
     metrics = sh("dvc metrics show --json", work, env)
     for key in ("queries", "candidates", "scored", "unscored", "pairs", "mean_perceived_empathy",
                 "chosen_longer_fraction", "ref_gt_off_topic", "ref_gt_off_topic_ci_low", "chosen_prompt_style",
-                "eval_length_baseline_accuracy", "reference_ref_gt_off_topic", "grpo_minus_base"):
+                "eval_length_baseline_accuracy", "reference_ref_gt_off_topic", "grpo_minus_base",
+                "valid_branches", "invalid_branches", "mean_fidelity", "std_group_coherence", "collective_total",
+                "per_reply_total", "speaker_usage", "minus_random_collective_total", "directive_format_last_step"):
         assert f'"{key}"' in metrics, key
     by_source = json.loads((work / "metrics/prepare.json").read_text())["queries_by_source"]
     assert set(by_source) == {"esconv", "qmsum"}, by_source  # the default corpus is the method's two
@@ -113,3 +117,39 @@ def test_changing_margin_reruns_only_pairs_and_validate(dvc_repo):
     (work / "params.yaml").write_text(params)
     out = sh("dvc repro validate", work, env)  # the data half; the model half then follows the new pairs
     assert ran_stages(out) == {"pairs", "validate"}, out
+
+
+def test_stage_two_registry_lineage_and_evaluation(dvc_repo):
+    import json
+
+    work, env = dvc_repo
+    sh("dvc repro", work, env)
+    check = r"""
+import json
+from mlflow.tracking import MlflowClient
+from mascot.config import load_params
+from mascot.registry import setup_tracking
+setup_tracking(load_params())
+client = MlflowClient()
+champion = client.get_model_version_by_alias("mascot-group-rm", "champion")
+director = client.search_model_versions("name='mascot-director'")[0]
+runs = client.search_runs([client.get_experiment_by_name("mascot-director").experiment_id], "tags.evaluation = 'true'")
+open(".mascot/check_group.json", "w").write(json.dumps({"champion": str(champion.version), "tags": champion.tags,
+    "director_tags": director.tags, "conditions": sorted(r.data.tags["condition"] for r in runs)}))
+"""
+    (work / ".mascot").mkdir(exist_ok=True)
+    (work / ".mascot/check_group.py").write_text(check)
+    sh("python .mascot/check_group.py", work, env)
+    out = json.loads((work / ".mascot/check_group.json").read_text())
+    assert out["champion"] == "1" and out["tags"]["granularity"] == "block" and "champion_reason" in out["tags"]
+    assert out["director_tags"]["reward_model_uri"] == "models:/mascot-group-rm@champion"
+    assert out["director_tags"]["reward_model_version"] == "1"
+    assert out["conditions"] == ["base", "random", "round_robin", "trained"]  # one MLflow run per condition
+    episodes = json.loads((work / "metrics/episodes.json").read_text())
+    assert episodes["episodes"] == 3 * 3 and episodes["valid_branches"] + episodes["invalid_branches"] == 9
+    evaluation = json.loads((work / "metrics/evaluate_group.json").read_text())
+    assert all(evaluation[c]["conversations"] == 2 for c in ("trained", "base", "random", "round_robin"))
+    assert "## Highest" in (work / "reports/group/examples.md").read_text()
+    pairs = [json.loads(line) for line in (work / "data/group/pairs.jsonl").read_text().splitlines()]
+    assert pairs and all(p["granularity"] == "block" and p["chosen_id"].split("|b")[0] == p["prefix_id"]
+                         == p["rejected_id"].split("|b")[0] for p in pairs)

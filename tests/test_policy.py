@@ -65,7 +65,10 @@ def test_grpo_trains_lora_policy(tiny_model_dir, personas, tmp_path, monkeypatch
                         learning_rate=1e-2, lora=LoraParams(r=4, alpha=8))
     rows = grpo_prompts(queries, pairs, personas, params)
     with mlflow.start_run():
-        result = train_policy(rows, RecordingScorer(), personas, params, tmp_path / "policy", tmp_path / "ckpt")
+        from mascot.policy.rewards import make_format_reward, make_reward_model_reward
+
+        result = train_policy(rows, [make_reward_model_reward(RecordingScorer(), personas), make_format_reward()],
+                              [1.0, 0.5], params, tmp_path / "policy", tmp_path / "ckpt")
     assert len(result["history"]) == 2 and all("reward" in h for h in result["history"])
     weights = load_file(tmp_path / "policy/adapter_model.safetensors")
     assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)  # B starts at zero: it moved

@@ -39,7 +39,7 @@ def test_reward_input_cuts_context_from_the_left_keeping_the_reply(tiny_model_di
     text = tok.decode(short)
     assert text.rstrip().endswith("my reply" + tok.eos_token) or "my reply" in text
     assert CUT_MARK.strip() in text and "the last thing I said" in text and "old turn 0" not in text
-    with pytest.raises(ValueError, match="raise train_rm.max_length"):
+    with pytest.raises(ValueError, match="raise max_length"):
         reward_input_ids(tok, persona, context, "my reply", 10)
 
 

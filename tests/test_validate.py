@@ -19,7 +19,7 @@ def dataset():
                    "status": "unscored", "scores": None, "total_reward": None, "unscored_reason": "empty reply"})
 
     def pair(c, r):
-        return {"pair_id": f"{c}>{r}", "query_id": "q1", "split": "train",
+        return {"pair_id": f"{c}>{r}", "query_id": "q1", "persona": "The Anchor", "split": "train",
                 "chosen": [{"role": "assistant", "content": f"reply {c}"}],
                 "rejected": [{"role": "assistant", "content": f"reply {r}"}],
                 "score_chosen": scores[c]["total_reward"], "score_rejected": scores[r]["total_reward"],

@@ -7,8 +7,8 @@ ever invented.
 """
 from __future__ import annotations
 
-from mascot.annotate.rubric import (DIMENSIONS, JSON_SCHEMA, MIN_REASON_CHARS, SCORE_CHOICES, JudgeParseError,
-                                    expected_prompts, expected_score, json_prompt, parse_json_scores, total_reward)
+from mascot.annotate.rubric import (MIN_REASON_CHARS, PERSONA, SCORE_CHOICES, JudgeParseError, Rubric,
+                                    expected_score, reply_item)
 from mascot.config import ScoreParams
 from mascot.data.personas import Persona, resolve_persona
 from mascot.llm.backend import LLMBackend
@@ -16,57 +16,58 @@ from mascot.progress import bar
 from mascot.resume import Journal, fingerprint
 
 
-def _record(cand: dict, judge: str, mode: str, **fields) -> dict:
-    base = {"candidate_id": cand["candidate_id"], "query_id": cand["query_id"], "persona": cand["persona"],
-            "judge_model": judge, "judge_mode": mode, "status": "scored", "scores": None, "total_reward": None,
-            "unscored_reason": None}
+def _record(unit: dict, judge: str, mode: str, **fields) -> dict:
+    base = {**unit["fields"], "judge_model": judge, "judge_mode": mode, "status": "scored", "scores": None,
+            "total_reward": None, "unscored_reason": None}
     base.update(fields)
     return base
 
 
-def _unscored(cand, judge, mode, reason, **extra) -> dict:
-    return _record(cand, judge, mode, status="unscored", unscored_reason=reason, **extra)
+def _unscored(unit, judge, mode, reason, **extra) -> dict:
+    return _record(unit, judge, mode, status="unscored", unscored_reason=reason, **extra)
 
 
-def _score_expected(chunk, prompts_per_cand, params, backend) -> list[dict]:
-    prompts = [p for cand_prompts in prompts_per_cand for p in cand_prompts["expected"].values()]
+def _score_expected(chunk, prompts_per_unit, rubric, params, backend) -> list[dict]:
+    dims = list(rubric.dimensions)
+    prompts = [p for unit_prompts in prompts_per_unit for p in unit_prompts["expected"].values()]
     dists = backend.choice_distribution(prompts, SCORE_CHOICES)
     out = []
-    for i, cand in enumerate(chunk):
-        mine = dict(zip(DIMENSIONS, dists[i * len(DIMENSIONS): (i + 1) * len(DIMENSIONS)]))
+    for i, unit in enumerate(chunk):
+        mine = dict(zip(dims, dists[i * len(dims): (i + 1) * len(dims)]))
         masses = {d: round(dist.mass, 4) for d, dist in mine.items()}
         weak = [d for d, m in masses.items() if m < params.min_choice_mass]
         if weak:
-            out.append(_unscored(cand, backend.model_name, "expected",
+            out.append(_unscored(unit, backend.model_name, "expected",
                                  f"judge put under {params.min_choice_mass} probability on the digits 1-5 for {', '.join(weak)}",
                                  choice_mass=masses))
             continue
         scores = {d: round(expected_score(dist.probs), 4) for d, dist in mine.items()}
-        out.append(_record(cand, backend.model_name, "expected", scores=scores,
-                           total_reward=round(total_reward(scores), 4), choice_mass=masses))
+        out.append(_record(unit, backend.model_name, "expected", scores=scores,
+                           total_reward=round(rubric.total(scores), 4), choice_mass=masses))
     return out
 
 
-def _score_json(chunk, prompts_per_cand, params, backend) -> list[dict]:
-    prompts = [cand_prompts["json"] for cand_prompts in prompts_per_cand]
+def _score_json(chunk, prompts_per_unit, rubric, params, backend) -> list[dict]:
+    prompts = [unit_prompts["json"] for unit_prompts in prompts_per_unit]
     results: dict[int, dict] = {}
     raws: dict[int, list[str]] = {i: [] for i in range(len(chunk))}
     pending = list(range(len(chunk)))
     for attempt in range(params.max_parse_retries + 1):
         if not pending:
             break
-        replies = backend.json_complete([prompts[i] for i in pending], JSON_SCHEMA, params.max_tokens, seed=attempt)
+        replies = backend.json_complete([prompts[i] for i in pending], rubric.json_schema, params.max_tokens,
+                                        seed=attempt)
         still = []
         for i, reply in zip(pending, replies):
             raws[i].append(reply.text)
             try:
-                scores, reasons = parse_json_scores(reply.text)
+                scores, reasons = rubric.parse_json(reply.text)
             except JudgeParseError as exc:
                 raws[i][-1] = f"{reply.text}  [{exc}]"
                 still.append(i)
                 continue
             results[i] = _record(chunk[i], backend.model_name, "json", scores=scores,
-                                 total_reward=round(total_reward(scores), 4), reasons=reasons, attempts=attempt + 1)
+                                 total_reward=round(rubric.total(scores), 4), reasons=reasons, attempts=attempt + 1)
         pending = still
     for i in pending:
         results[i] = _unscored(chunk[i], backend.model_name, "json",
@@ -75,46 +76,52 @@ def _score_json(chunk, prompts_per_cand, params, backend) -> list[dict]:
     return [results[i] for i in range(len(chunk))]
 
 
-def judge_prompts(persona: Persona, context: list[dict], reply: str, params: ScoreParams, style: str) -> dict:
+def rubric_prompts(rubric: Rubric, item: str, params: ScoreParams, style: str) -> dict:
     if params.mode == "expected":
-        return {"expected": expected_prompts(persona, context, reply, params.few_shot, style)}
-    return {"json": json_prompt(persona, context, reply, params.few_shot, style)}
+        return {"expected": rubric.expected_prompts(item, params.few_shot, style)}
+    return {"json": rubric.json_prompt(item, params.few_shot, style)}
 
 
-def score_candidates(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona],
-                     params: ScoreParams, backend: LLMBackend, journal: Journal | None = None,
-                     chunk_size: int = 8, stats: dict | None = None, prompt_style: str | None = None) -> list[dict]:
-    """Score each candidate; `prompt_style` (plain | chat) overrides `params.prompt_style` (e.g. once `auto`
-    has been resolved by judge_check)."""
+def judge_prompts(persona: Persona, context: list[dict], reply: str, params: ScoreParams, style: str) -> dict:
+    return rubric_prompts(PERSONA, reply_item(persona, context, reply), params, style)
+
+
+def check_style(params: ScoreParams, prompt_style: str | None) -> str:
     style = prompt_style or params.prompt_style
     if style not in ("plain", "chat"):
         raise ValueError(f"score.prompt_style '{style}' must be resolved to plain or chat before scoring")
+    return style
+
+
+def score_units(units: list[dict], rubric: Rubric, params: ScoreParams, backend: LLMBackend,
+                journal: Journal | None = None, chunk_size: int = 8, stats: dict | None = None,
+                prompt_style: str | None = None) -> list[dict]:
+    """Score each unit on `rubric`. A unit is {"id", "fields" (copied into its record), "item" (the rendered
+    item the judge reads), "skip" (a reason not to judge it, e.g. an empty reply, or None)}. One record per
+    unit, in order; records already in `journal` are reused."""
+    style = check_style(params, prompt_style)
     jobs = []
-    for cand in candidates:
-        q = queries.get(cand["query_id"])
-        if q is None:
-            raise ValueError(f"candidate {cand['candidate_id']}: query {cand['query_id']} is not in the queries file")
-        persona = resolve_persona(personas, cand["persona"], f"candidate {cand['candidate_id']}")
-        prompts = judge_prompts(persona, q["context"], cand["text"], params, style)
-        key = fingerprint(cand["candidate_id"], backend.model_name, params.mode, prompts, params.max_tokens,
-                          params.max_parse_retries, params.min_choice_mass)
-        jobs.append((cand, prompts, key))
+    for unit in units:
+        prompts = rubric_prompts(rubric, unit["item"], params, style) if not unit.get("skip") else None
+        key = fingerprint(unit["id"], backend.model_name, params.mode, prompts, params.max_tokens,
+                          params.max_parse_retries, params.min_choice_mass, unit.get("skip"))
+        jobs.append((unit, prompts, key))
     done = {key: journal.get(key) for _, _, key in jobs if journal and journal.get(key)}
     if stats is not None:
         stats.update(reused=len(done), total=len(jobs))
-    progress = bar(len(jobs), f"score ({params.mode})", initial=len(done))
+    progress = bar(len(jobs), f"score {rubric.name} ({params.mode})", initial=len(done))
     score_chunk = _score_expected if params.mode == "expected" else _score_json
     # Fixed chunks over all jobs (as in generate): a chunk redone after a crash is batched as in a clean run.
     for start in range(0, len(jobs), chunk_size):
         chunk = jobs[start: start + chunk_size]
         if all(key in done for _, _, key in chunk):
             continue
-        texts = [(cand, prefix, key) for cand, prefix, key in chunk if cand["text"].strip()]
-        records = dict(zip([key for _, _, key in texts],
-                           score_chunk([c for c, _, _ in texts], [p for _, p, _ in texts], params, backend)
-                           if texts else []))
-        for cand, _, key in chunk:
-            record = {**(records.get(key) or _unscored(cand, backend.model_name, params.mode, "empty reply")),
+        todo = [(unit, prompts, key) for unit, prompts, key in chunk if prompts is not None]
+        records = dict(zip([key for _, _, key in todo],
+                           score_chunk([u for u, _, _ in todo], [p for _, p, _ in todo], rubric, params, backend)
+                           if todo else []))
+        for unit, _, key in chunk:
+            record = {**(records.get(key) or _unscored(unit, backend.model_name, params.mode, unit.get("skip"))),
                       "judge_prompt_style": style}
             if key not in done:
                 done[key] = record
@@ -129,21 +136,45 @@ def score_candidates(candidates: list[dict], queries: dict[str, dict], personas:
     return [done[key] for _, _, key in jobs]
 
 
-def score_metrics(scores: list[dict]) -> dict:
-    """Counts, mean and spread per dimension, and the signs of a judge that is not judging: candidates of one
-    query and persona that all get the same total (`constant_group_fraction`), and json reasons too short to
-    say anything (`empty_reason_fraction`)."""
+def candidate_units(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona]) -> list[dict]:
+    units = []
+    for cand in candidates:
+        q = queries.get(cand["query_id"])
+        if q is None:
+            raise ValueError(f"candidate {cand['candidate_id']}: query {cand['query_id']} is not in the queries file")
+        persona = resolve_persona(personas, cand["persona"], f"candidate {cand['candidate_id']}")
+        units.append({"id": cand["candidate_id"], "item": reply_item(persona, q["context"], cand["text"]),
+                      "fields": {"candidate_id": cand["candidate_id"], "query_id": cand["query_id"],
+                                 "persona": cand["persona"]},
+                      "skip": None if cand["text"].strip() else "empty reply"})
+    return units
+
+
+def score_candidates(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona],
+                     params: ScoreParams, backend: LLMBackend, journal: Journal | None = None,
+                     chunk_size: int = 8, stats: dict | None = None, prompt_style: str | None = None) -> list[dict]:
+    """Stage 1: each candidate reply on the persona rubric; `prompt_style` (plain | chat) overrides
+    `params.prompt_style` (e.g. once `auto` has been resolved by judge_check)."""
+    return score_units(candidate_units(candidates, queries, personas), PERSONA, params, backend, journal,
+                       chunk_size, stats, prompt_style)
+
+
+def score_metrics(scores: list[dict], rubric: Rubric = PERSONA, group_fields: tuple[str, ...] = ("query_id", "persona")
+                  ) -> dict:
+    """Counts, mean and spread per dimension, and the signs of a judge that is not judging: items of one
+    group (stage 1: a query and persona; stage 2: a prefix's branches) that all get the same total
+    (`constant_group_fraction`), and json reasons too short to say anything (`empty_reason_fraction`)."""
     from statistics import fmean, pstdev
 
     scored = [s for s in scores if s["status"] == "scored"]
     out = {"scored": len(scored), "unscored": len(scores) - len(scored)}
-    for name in [*DIMENSIONS, "total_reward"]:
-        values = [s["scores"][name] if name in DIMENSIONS else s["total_reward"] for s in scored]
+    for name in [*rubric.dimensions, "total_reward"]:
+        values = [s["scores"][name] if name in rubric.dimensions else s["total_reward"] for s in scored]
         out[f"mean_{name}"] = round(fmean(values), 4) if values else None
         out[f"std_{name}"] = round(pstdev(values), 4) if values else None
     groups: dict[tuple, list[float]] = {}
     for s in scored:
-        groups.setdefault((s["query_id"], s["persona"]), []).append(s["total_reward"])
+        groups.setdefault(tuple(s[f] for f in group_fields), []).append(s["total_reward"])
     multi = [g for g in groups.values() if len(g) > 1]
     out["groups"] = len(multi)
     out["constant_group_fraction"] = round(sum(max(g) - min(g) < 1e-9 for g in multi) / len(multi), 4) if multi else None
@@ -178,26 +209,72 @@ def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "metric
     return json.loads(path.read_text())["chosen_prompt_style"]
 
 
-def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
-         out: str = "data/scores.jsonl", metrics: str = "metrics/score.json") -> None:
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json, write_jsonl
+def episode_units(episodes: list[dict], queries: dict[str, dict], personas: dict[str, Persona]) -> list[dict]:
+    """Stage 2: each branch's block (its turns after the shared prefix) on the collective rubric. An invalid
+    branch is not judged: its record says why."""
+    from mascot.annotate.director import block_messages, roster
+    from mascot.annotate.rubric import block_item
+
+    team = roster(personas)
+    units = []
+    for e in episodes:
+        q = queries.get(e["query_id"])
+        if q is None:
+            raise ValueError(f"episode {e['episode_id']}: query {e['query_id']} is not in the queries file")
+        block = block_messages(e["turns"])
+        skip = (f"invalid branch: {e['invalid_reason']}" if not e["valid"]
+                else "empty block" if not any(t["text"].strip() for t in e["turns"]) else None)
+        units.append({"id": e["episode_id"], "item": block_item(team, q["context"], block),
+                      "fields": {"episode_id": e["episode_id"], "query_id": e["query_id"],
+                                 "prefix_id": e["prefix_id"], "branch": e["branch"]}, "skip": skip})
+    return units
+
+
+def _run(params, units: list[dict], rubric: Rubric, group_fields: tuple[str, ...], journal_name: str, out: str,
+         metrics: str, queries: dict[str, dict]) -> dict:
+    from mascot.io import write_json, write_jsonl
     from mascot.llm.backend import make_backend
 
-    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    candidates = load_jsonl(candidates_path)
-    personas = load_personas(params.prepare.personas_file)
     backend = make_backend(params.llm.judge, "llm.judge")
-    journal, stats = Journal("score"), {}
+    journal, stats = Journal(journal_name), {}
     style = resolve_prompt_style(params.score)
     try:
-        scores = score_candidates(candidates, queries, personas, params.score, backend, journal, stats=stats,
-                                  prompt_style=style)
+        scores = score_units(units, rubric, params.score, backend, journal, stats=stats, prompt_style=style)
     finally:
         journal.close()
         backend.close()
     write_jsonl(out, scores)
-    m = {**score_metrics(scores), "prompt_style": style, "resumed": stats["reused"],
-         "mean_total_reward_by_source": mean_total_by_source(scores, queries)}
+    m = {**score_metrics(scores, rubric, group_fields), "rubric": rubric.name, "prompt_style": style,
+         "resumed": stats["reused"], "mean_total_reward_by_source": mean_total_by_source(scores, queries)}
     write_json(metrics, m)
-    print(f"score: {m['scored']} scored, {m['unscored']} unscored -> {out}")
+    print(f"{journal_name}: {m['scored']} scored, {m['unscored']} unscored on the {rubric.name} rubric -> {out}")
+    return m
+
+
+def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
+         out: str = "data/scores.jsonl", metrics: str = "metrics/score.json") -> None:
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl
+
+    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
+    units = candidate_units(load_jsonl(candidates_path), queries, load_personas(params.prepare.personas_file))
+    _run(params, units, PERSONA, ("query_id", "persona"), "score", out, metrics, queries)
+
+
+def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
+               out: str = "data/group/scores.jsonl", metrics: str = "metrics/score_group.json",
+               examples: str = "reports/group/examples.md") -> None:
+    from pathlib import Path
+
+    from mascot.annotate.director import example_episodes
+    from mascot.annotate.rubric import COLLECTIVE
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl
+
+    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
+    episodes = load_jsonl(episodes_path)
+    units = episode_units(episodes, queries, load_personas(params.prepare.personas_file))
+    _run(params, units, COLLECTIVE, ("prefix_id",), "score_group", out, metrics, queries)
+    Path(examples).parent.mkdir(parents=True, exist_ok=True)
+    Path(examples).write_text("# Example episodes (collective rubric)\n\n"
+                              + example_episodes(episodes, load_jsonl(out), queries), encoding="utf-8")

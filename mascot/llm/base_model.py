@@ -206,6 +206,6 @@ def _demo_corpus_lines(params) -> list[str]:
     for spec in params.prepare.sources:
         if Path(spec.path).exists():
             lines.extend(Path(spec.path).read_text(encoding="utf-8").splitlines()[:2000])
-    from mascot.annotate.rubric import ANCHORS, RUBRIC_HEADER
+    from mascot.annotate.rubric import RUBRICS
 
-    return lines + [RUBRIC_HEADER] + [a["reply"] for a in ANCHORS]
+    return lines + [text for r in RUBRICS.values() for text in (r.header, *(item for item, _ in r.anchors))]

@@ -29,14 +29,14 @@ def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params:
     return rows[: params.max_prompts] if params.max_prompts else rows
 
 
-def train_policy(rows: list[dict], scorer, personas: dict, params: GRPOParams, out_dir: Path,
-                 checkpoint_dir: Path) -> dict:
+def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
+                 out_dir: Path, checkpoint_dir: Path, meta: dict | None = None) -> dict:
+    """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
+    the columns the reward functions read."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
-
-    from mascot.policy.rewards import make_format_reward, make_reward_model_reward
 
     tokenizer = AutoTokenizer.from_pretrained(params.base_model)
     tokenizer.padding_side = "left"
@@ -49,21 +49,22 @@ def train_policy(rows: list[dict], scorer, personas: dict, params: GRPOParams, o
         output_dir=str(checkpoint_dir), per_device_train_batch_size=params.prompts_per_step * params.num_generations,
         num_generations=params.num_generations, max_completion_length=params.max_completion_length,
         max_steps=params.max_steps, beta=params.beta, learning_rate=params.learning_rate,
-        temperature=params.temperature, reward_weights=[params.reward_weight, params.format_weight],
+        temperature=params.temperature, reward_weights=list(reward_weights),
         logging_steps=1, save_strategy="no", seed=params.seed, use_cpu=not on_gpu,
         bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
         dataloader_num_workers=0, disable_dropout=True)
     lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
-                          reward_funcs=[make_reward_model_reward(scorer, personas), make_format_reward()],
+                          reward_funcs=reward_funcs,
                           train_dataset=Dataset.from_list(rows), peft_config=lora)
     trainer.train()
     shutil.rmtree(out_dir, ignore_errors=True)
     trainer.model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     (out_dir / "mascot_policy.json").write_text(json.dumps({"base_model": params.base_model,
-                                                            "prompt_style": params.prompt_style}, indent=2))
+                                                            "prompt_style": params.prompt_style, **(meta or {})},
+                                                           indent=2))
     history = [h for h in trainer.state.log_history if "reward" in h]
     return {"history": history}
 
@@ -96,6 +97,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     from mascot import registry
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json
+    from mascot.policy.rewards import make_format_reward, make_reward_model_reward
     from mascot.reward.scorer import RewardScorer
 
     p: GRPOParams = params.grpo
@@ -122,7 +124,8 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
         mlflow.log_params({f"grpo.{k}": v for k, v in p.model_dump().items() if k != "lora"}
                           | {f"grpo.lora.{k}": v for k, v in p.lora.model_dump().items()}
                           | {"reward_model": rm_name, "reward_model_version": rm_version, "prompts": len(rows)})
-        result = train_policy(rows, scorer, personas, p, Path(out_dir), Path(".mascot/checkpoints/train_grpo"))
+        result = train_policy(rows, [make_reward_model_reward(scorer, personas), make_format_reward()],
+                              [p.reward_weight, p.format_weight], p, Path(out_dir), Path(".mascot/checkpoints/train_grpo"))
         history = result["history"]
         metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": rm_version,
                    "reward_first_step": history[0]["reward"] if history else None,

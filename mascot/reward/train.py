@@ -1,5 +1,6 @@
-"""The `train_rm` stage: a LoRA scalar reward model trained with TRL's RewardTrainer, tracked in MLflow
-and registered as a new version of the registered model."""
+"""The `train_rm` and `train_group_rm` stages: a LoRA scalar reward model trained with TRL's RewardTrainer,
+tracked in MLflow and registered as a new version of the registered model. The same trainer for both
+granularities: replies (the persona reward model) and blocks of group turns (the group reward model)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from pathlib import Path
 import torch
 
 from mascot.config import TrainRMParams
-from mascot.reward.prompt import TEMPLATE_HASH, pair_sides, persona_fields, reward_input_ids
+from mascot.reward.prompt import pair_sides, persona_fields, reward_input_ids, template_hash
 from mascot.reward.scorer import META_FILE, RewardScorer, load_base_classifier
 
 # Fixed texts scored at the end of training and again after a registry round trip: equal scores prove the
@@ -21,7 +22,20 @@ PROBES = [
 ]
 
 
-def probe_items(personas: dict) -> list[tuple[dict, list[dict], str]]:
+GROUP_PROBES = [
+    ("I can't sleep before my exam tomorrow.",
+     [("The Anchor", "That sounds exhausting; it makes sense to feel wound up tonight."),
+      ("Action Guide", "One small thing: write tomorrow's first step on paper, then put the notes away.")]),
+    ("My dog died this morning.", [("The Beacon", "Get a new one."), ("The Catalyst", "Yes, get a new one.")]),
+]
+
+
+def probe_items(personas: dict, granularity: str = "reply") -> list[tuple]:
+    """Fixed (persona, context, reply-or-block) items whose scores are compared across a registry round trip."""
+    if granularity == "block":
+        return [(None, [{"role": "user", "content": u}],
+                 [{"role": "assistant", "name": name, "content": text} for name, text in turns])
+                for u, turns in GROUP_PROBES]
     first = persona_fields(next(iter(personas.values())))
     return [(first, [{"role": "user", "content": u}], r) for u, r in PROBES]
 
@@ -50,7 +64,8 @@ def check_score_head(adapter_dir: Path) -> list[str]:
 
 
 def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams, out_dir: Path,
-                       checkpoint_dir: Path, reference_items: list[dict] | None = None) -> dict:
+                       checkpoint_dir: Path, reference_items: list[dict] | None = None,
+                       granularity: str = "reply") -> dict:
     """Train on the train split, evaluate on the eval split (and on judge_check's reference set, if given),
     save the adapter to `out_dir`."""
     from datasets import Dataset
@@ -63,7 +78,8 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     train_pairs = [p for p in pairs if p["split"] == "train"]
     eval_pairs = [p for p in pairs if p["split"] == "eval"]
     if not train_pairs:
-        raise ValueError("train_rm: the pairs file has no train-split pairs; lower pairs.score_margin or add data")
+        raise ValueError(f"{'train_group_rm' if granularity == 'block' else 'train_rm'}: the pairs file has no "
+                         "train-split pairs; lower the pairs' score_margin or add data")
     tokenizer = AutoTokenizer.from_pretrained(params.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -97,8 +113,9 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     tokenizer.save_pretrained(out_dir)
     head_keys = check_score_head(out_dir)
     (out_dir / META_FILE).write_text(json.dumps({
-        "base_model": params.base_model, "max_length": params.max_length, "template_hash": TEMPLATE_HASH,
-        "num_labels": 1, "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
+        "base_model": params.base_model, "max_length": params.max_length, "granularity": granularity,
+        "template_hash": template_hash(granularity), "num_labels": 1,
+        "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
 
     scorer = RewardScorer(trainer.model, tokenizer, params.max_length, batch_size=params.batch_size)
     chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
@@ -110,12 +127,12 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
                    train_loss=round(result.training_loss, 6), train_steps=result.global_step,
                    score_head_tensors=len(head_keys))
     return {"metrics": metrics, "chosen_scores": chosen, "rejected_scores": rejected,
-            "probe_scores": scorer.score(probe_items(personas)), "log_history": trainer.state.log_history}
+            "probe_scores": scorer.score(probe_items(personas, granularity)), "log_history": trainer.state.log_history}
 
 
 def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/reward",
          metrics_path: str = "metrics/train_rm.json", plots_dir: str = "plots/train_rm",
-         reference_path: str = "data/judge_check/reference.jsonl") -> None:
+         reference_path: str | None = "data/judge_check/reference.jsonl", granularity: str = "reply") -> None:
     import os
 
     import mlflow
@@ -125,25 +142,31 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     from mascot.io import load_jsonl, write_json, write_jsonl
     from mascot.reward.evaluation import plot_distributions
 
-    p: TrainRMParams = params.train_rm
+    block = granularity == "block"
+    stage, p = ("train_group_rm", params.train_group_rm) if block else ("train_rm", params.train_rm)
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")  # our own artifacts: the adapter, once
     registry.setup_tracking(params)
-    exp = registry.experiment_id(params.mlflow.reward_experiment, params.mlflow.artifact_root)
+    exp = registry.experiment_id(params.mlflow.group_reward_experiment if block else params.mlflow.reward_experiment,
+                                 params.mlflow.artifact_root)
     pairs, personas = load_jsonl(pairs_path), load_personas(params.prepare.personas_file)
-    lineage = registry.lineage_tags(pairs_path, p.base_model, TEMPLATE_HASH)
-    run_name = f"rm-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-{lineage['git_commit'][:7]}"
+    lineage = {**registry.lineage_tags(pairs_path, p.base_model, template_hash(granularity)),
+               "granularity": granularity}
+    run_name = (f"{'group-rm' if block else 'rm'}-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-"
+                f"{lineage['git_commit'][:7]}")
     out, plots = Path(out_dir), Path(plots_dir)
     plots.mkdir(parents=True, exist_ok=True)
     abandoned = registry.abandon_incomplete(p.registered_model)
     if abandoned:
-        print(f"train_rm: versions {', '.join(abandoned)} of {p.registered_model} were left half-registered by an "
+        print(f"{stage}: versions {', '.join(abandoned)} of {p.registered_model} were left half-registered by an "
               "earlier crash; tagged abandoned (never promoted)")
     with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=lineage) as run:
-        mlflow.log_params({f"train_rm.{k}": v for k, v in p.model_dump().items() if k != "lora"}
-                          | {f"train_rm.lora.{k}": v for k, v in p.lora.model_dump().items()}
-                          | {"pairs.score_margin": params.pairs.score_margin, "score.mode": params.score.mode})
-        reference = load_jsonl(reference_path) if Path(reference_path).exists() else None
-        result = train_reward_model(pairs, personas, p, out, Path(".mascot/checkpoints/train_rm"), reference)
+        margin = (params.group_pairs if block else params.pairs).score_margin
+        mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k != "lora"}
+                          | {f"{stage}.lora.{k}": v for k, v in p.lora.model_dump().items()}
+                          | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity})
+        reference = load_jsonl(reference_path) if reference_path and Path(reference_path).exists() else None
+        result = train_reward_model(pairs, personas, p, out, Path(f".mascot/checkpoints/{stage}"), reference,
+                                    granularity)
         metrics = result["metrics"]
         from mascot.pairs import chosen_longer_fraction
 
@@ -158,18 +181,25 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                               if k.startswith(("eval_", "reference_")) and v is not None},
                 "probe_scores": json.dumps(result["probe_scores"])}
         version = registry.register_version(p.registered_model, run.info.run_id, "reward_model", tags,
-                                            "LoRA persona reward model (sequence classification, one label)")
+                                            f"LoRA {'group' if block else 'persona'} reward model (sequence "
+                                            "classification, one label)")
     write_json(out / "registered.json", {"name": version.name, "version": version.version, "run_id": version.run_id,
-                                         "probe_scores": result["probe_scores"]})
+                                         "granularity": granularity, "probe_scores": result["probe_scores"]})
     write_curves(result["log_history"], plots)
     registry.mark_complete(version.name, version.version)
     write_jsonl(plots / "eval_scores.jsonl", [{"chosen": c, "rejected": r} for c, r in
                                               zip(result["chosen_scores"], result["rejected_scores"])])
-    print(f"train_rm: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "
+    print(f"{stage}: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "
           f"on {metrics['eval_pairs']} pairs (longer-reply-wins baseline {metrics.get('eval_length_baseline_accuracy')}, "
           f"accuracy where the chosen reply is not longer {metrics.get('eval_accuracy_not_longer')} on "
           f"{metrics.get('eval_not_longer_pairs')}; reference set: human > off-topic "
           f"{metrics.get('reference_ref_gt_off_topic')}, human > cold {metrics.get('reference_ref_gt_cold')}); registered {version.name} v{version.version} (run {version.run_id})")
+
+
+def main_group(params) -> None:
+    """Stage 2: the group reward model on block pairs, registered as `train_group_rm.registered_model`."""
+    main(params, "data/group/pairs.jsonl", "models/group_reward", "metrics/train_group_rm.json", "plots/train_group_rm",
+         reference_path=None, granularity="block")
 
 
 def write_curves(log_history: list[dict], plots: Path) -> None:

@@ -9,6 +9,7 @@ import great_expectations as gx
 from great_expectations.data_context.types.base import ProgressBarsConfig
 import pandas as pd
 
+from mascot.granularity import REPLY, Granularity
 from mascot.validate import suites
 
 
@@ -40,28 +41,31 @@ def _plain(value):
 
 
 def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict], margin: float,
-                  min_pairs: int, judge_check: dict | None = None, judge_limits: dict | None = None
-                  ) -> tuple[list[dict], list[dict]]:
-    """All expectation results and the quarantined rows (each with the expectations it broke).
+                  min_pairs: int, judge_check: dict | None = None, judge_limits: dict | None = None,
+                  granularity: Granularity = REPLY) -> tuple[list[dict], list[dict]]:
+    """All expectation results and the quarantined rows (each with the expectations it broke). `candidates`
+    are the units of `granularity`: candidate replies (stage 1) or episodes (stage 2).
 
     With `judge_check` (its metrics) and `judge_limits` (min_judge_accuracy, max_constant_group_fraction,
     max_empty_reason_fraction), the judge's own quality is gated too: table `judge`, one column a figure."""
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    frames = {"candidates": suites.candidates_frame(candidates),
-              "scores": suites.scores_frame(scores, candidates),
-              "pairs": suites.pairs_frame(pairs, scores)}
-    plans = {"candidates": suites.candidates_suite(frames["candidates"]),
-             "scores": suites.scores_suite(frames["scores"]),
+    g = granularity
+    units = "candidates" if g is REPLY else "episodes"
+    frames = {units: suites.units_frame(candidates, g),
+              "scores": suites.scores_frame(scores, candidates, g),
+              "pairs": suites.pairs_frame(pairs, scores, g)}
+    plans = {units: suites.units_suite(frames[units], g),
+             "scores": suites.scores_suite(frames["scores"], g),
              "pairs": suites.pairs_suite(frames["pairs"], margin, min_pairs)}
     if judge_limits is not None:
         from mascot.annotate.score import score_metrics
 
-        frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores))
+        frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores, g.rubric, g.group_fields))
         plans["judge"] = suites.judge_suite(frames["judge"], **judge_limits)
     results = [row for name in frames for row in run_suite(context, name, frames[name], plans[name])]
-    sources = {"candidates": candidates, "scores": scores, "pairs": pairs, "judge": frames["judge"].to_dict("records") if "judge" in frames else []}
+    sources = {units: candidates, "scores": scores, "pairs": pairs, "judge": frames["judge"].to_dict("records") if "judge" in frames else []}
     broken: dict[tuple[str, int], list[str]] = {}
     for r in results:
         for idx in r["unexpected_index_list"]:

@@ -14,8 +14,10 @@ class GateFailed(SystemExit):
 
 def main(params, candidates_path: str = "data/candidates.jsonl", scores_path: str = "data/scores.jsonl",
          pairs_path: str = "data/pairs.jsonl", report_dir: str = "reports",
-         judge_check_path: str = "metrics/judge_check.json") -> None:
+         judge_check_path: str = "metrics/judge_check.json", granularity: str = "reply") -> None:
     import json
+
+    from mascot.granularity import GRANULARITIES
 
     candidates, scores = load_jsonl(candidates_path), load_jsonl(scores_path)
     pairs = load_jsonl(pairs_path)
@@ -24,7 +26,9 @@ def main(params, candidates_path: str = "data/candidates.jsonl", scores_path: st
         raise FileNotFoundError(f"{judge_check_path}: no judge_check figures; run the judge_check stage first "
                                 "(the gate never passes a judge it has not measured)")
     judge_check = json.loads(Path(judge_check_path).read_text())
-    results, quarantine = validate_data(candidates, scores, pairs, params.pairs.score_margin, v.min_pairs,
+    g = GRANULARITIES[granularity]
+    margin = (params.pairs if g.name == "reply" else params.group_pairs).score_margin
+    results, quarantine = validate_data(candidates, scores, pairs, margin, v.min_pairs, granularity=g,
                                         judge_check=judge_check,
                                         judge_limits={"min_judge_accuracy": v.min_judge_accuracy,
                                                       "max_constant_group_fraction": v.max_constant_group_fraction,
@@ -49,3 +53,10 @@ def main(params, candidates_path: str = "data/candidates.jsonl", scores_path: st
               f"offending rows: {report / 'quarantine.jsonl'}; report: {report / 'validation.html'}", file=sys.stderr)
         raise GateFailed(1)
     print(f"validate: {text}")
+
+
+def main_group(params) -> None:
+    """Stage 2's gate: the same expectations on episodes, block scores and block pairs, and the same judge
+    (its judge_check figures and its block scores' signs of not judging)."""
+    main(params, "data/group/episodes.jsonl", "data/group/scores.jsonl", "data/group/pairs.jsonl", "reports/group",
+         granularity="block")

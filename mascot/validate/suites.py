@@ -1,8 +1,8 @@
-"""Great Expectations suites for candidates, scores and pairs.
+"""Great Expectations suites for units (candidates or episodes), scores and pairs, at either granularity.
 
 Checks that GE has no built-in for on pandas (total = mean of dimensions, chosen - rejected >= margin,
-split disjoint by query, ids linked across files) become derived columns with a plain range or set
-expectation, so every failure still reports its rows.
+split disjoint by query, ids linked across files, no self-pairs, both sides from the pair's own group)
+become derived columns with a plain range or set expectation, so every failure still reports its rows.
 """
 from __future__ import annotations
 
@@ -11,49 +11,57 @@ import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
 from mascot.annotate.judge_check import GATED
-from mascot.annotate.rubric import DIMENSIONS
+from mascot.granularity import REPLY, Granularity
 
 TOL = 1e-3  # scores are stored rounded to 4 decimals
 
 
-def candidates_frame(candidates: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame(candidates, columns=["candidate_id", "query_id", "persona", "text"])
-    return df
+def unit_text(unit: dict) -> str:
+    """A candidate's reply, or an episode's turns."""
+    if "turns" in unit:
+        return "\n".join(t["text"] for t in unit["turns"])
+    return unit["text"]
 
 
-def candidates_suite(df: pd.DataFrame) -> list:
-    return [gxe.ExpectColumnValuesToNotBeNull(column="candidate_id"),
-            gxe.ExpectColumnValuesToBeUnique(column="candidate_id"),
+def units_frame(units: list[dict], g: Granularity = REPLY) -> pd.DataFrame:
+    return pd.DataFrame([{g.unit_id: u.get(g.unit_id), "text": unit_text(u)} for u in units],
+                        columns=[g.unit_id, "text"])
+
+
+def units_suite(df: pd.DataFrame, g: Granularity = REPLY) -> list:
+    return [gxe.ExpectColumnValuesToNotBeNull(column=g.unit_id),
+            gxe.ExpectColumnValuesToBeUnique(column=g.unit_id),
             gxe.ExpectColumnValuesToNotBeNull(column="text")]
 
 
-def scores_frame(scores: list[dict], candidates: list[dict]) -> pd.DataFrame:
-    text_by_id = {c["candidate_id"]: c["text"] for c in candidates}
+def scores_frame(scores: list[dict], units: list[dict], g: Granularity = REPLY) -> pd.DataFrame:
+    text_by_id = {u[g.unit_id]: unit_text(u) for u in units}
+    dimensions = list(g.rubric.dimensions)
     rows = []
     for s in scores:
-        row = {"candidate_id": s["candidate_id"], "status": s["status"], "total_reward": s["total_reward"],
-               "unscored_reason": s.get("unscored_reason"), "candidate_exists": s["candidate_id"] in text_by_id}
+        row = {g.unit_id: s[g.unit_id], "status": s["status"], "total_reward": s["total_reward"],
+               "unscored_reason": s.get("unscored_reason"), "unit_exists": s[g.unit_id] in text_by_id}
         dims = s.get("scores") or {}
-        for d in DIMENSIONS:
+        for d in dimensions:
             row[d] = dims.get(d)
         if s["status"] == "scored":
-            mean = sum(dims.get(d, 0) for d in DIMENSIONS) / len(DIMENSIONS)
+            mean = sum(dims.get(d, 0) for d in dimensions) / len(dimensions)
             row["total_minus_mean"] = (s["total_reward"] or 0) - mean
-            row["scored_text_chars"] = len(text_by_id.get(s["candidate_id"], "").strip())
+            row["scored_text_chars"] = len(text_by_id.get(s[g.unit_id], "").strip())
         rows.append(row)
-    return pd.DataFrame(rows, columns=["candidate_id", "status", "total_reward", "unscored_reason",
-                                       "candidate_exists", *DIMENSIONS, "total_minus_mean", "scored_text_chars"])
+    return pd.DataFrame(rows, columns=[g.unit_id, "status", "total_reward", "unscored_reason",
+                                       "unit_exists", *dimensions, "total_minus_mean", "scored_text_chars"])
 
 
-def scores_suite(df: pd.DataFrame) -> list:
+def scores_suite(df: pd.DataFrame, g: Granularity = REPLY) -> list:
     scored = dict(row_condition=Column("status") == "scored")
     unscored = dict(row_condition=Column("status") == "unscored")
     return [
-        gxe.ExpectColumnValuesToBeUnique(column="candidate_id"),
-        gxe.ExpectColumnValuesToBeInSet(column="candidate_exists", value_set=[True]),
+        gxe.ExpectColumnValuesToBeUnique(column=g.unit_id),
+        gxe.ExpectColumnValuesToBeInSet(column="unit_exists", value_set=[True]),
         gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["scored", "unscored"]),
-        *[gxe.ExpectColumnValuesToBeBetween(column=d, min_value=1, max_value=5, **scored) for d in DIMENSIONS],
-        *[gxe.ExpectColumnValuesToNotBeNull(column=d, **scored) for d in DIMENSIONS],
+        *[gxe.ExpectColumnValuesToBeBetween(column=d, min_value=1, max_value=5, **scored) for d in g.rubric.dimensions],
+        *[gxe.ExpectColumnValuesToNotBeNull(column=d, **scored) for d in g.rubric.dimensions],
         gxe.ExpectColumnValuesToBeBetween(column="total_reward", min_value=1, max_value=5, **scored),
         gxe.ExpectColumnValuesToBeBetween(column="total_minus_mean", min_value=-TOL, max_value=TOL, **scored),
         gxe.ExpectColumnValuesToBeBetween(column="scored_text_chars", min_value=1, **scored),
@@ -61,16 +69,25 @@ def scores_suite(df: pd.DataFrame) -> list:
     ]
 
 
-def pairs_frame(pairs: list[dict], scores: list[dict]) -> pd.DataFrame:
-    scored = {s["candidate_id"] for s in scores if s["status"] == "scored"}
+def _side_text(messages) -> str:
+    return "\n".join(m.get("content", "") for m in messages or [])
+
+
+def pairs_frame(pairs: list[dict], scores: list[dict], g: Granularity = REPLY) -> pd.DataFrame:
+    scored = {s[g.unit_id] for s in scores if s["status"] == "scored"}
+    group_of = {s[g.unit_id]: tuple(s.get(f) for f in g.group_fields) for s in scores}
     df = pd.DataFrame([{
         "pair_id": p.get("pair_id"), "query_id": p.get("query_id"), "split": p.get("split"),
         "score_chosen": p.get("score_chosen"), "score_rejected": p.get("score_rejected"), "margin": p.get("margin"),
-        "chosen_text": (p.get("chosen") or [{}])[-1].get("content", ""),
-        "rejected_text": (p.get("rejected") or [{}])[-1].get("content", ""),
+        "chosen_text": _side_text(p.get("chosen")), "rejected_text": _side_text(p.get("rejected")),
         "chosen_id": p.get("chosen_id"), "rejected_id": p.get("rejected_id"),
+        "self_pair": p.get("chosen_id") == p.get("rejected_id"),
+        # both sides come from the pair's own group (stage 1: query and persona; stage 2: the same prefix)
+        "same_group": (group_of.get(p.get("chosen_id"), 0) == group_of.get(p.get("rejected_id"), 1)
+                       == tuple(p.get(f) for f in g.group_fields)),
     } for p in pairs], columns=["pair_id", "query_id", "split", "score_chosen", "score_rejected", "margin",
-                                "chosen_text", "rejected_text", "chosen_id", "rejected_id"])
+                                "chosen_text", "rejected_text", "chosen_id", "rejected_id", "self_pair",
+                                "same_group"])
     df["gap"] = df["score_chosen"] - df["score_rejected"]
     df["margin_error"] = df["margin"] - df["gap"]
     df["texts_differ"] = df["chosen_text"].str.strip() != df["rejected_text"].str.strip()
@@ -93,6 +110,8 @@ def pairs_suite(df: pd.DataFrame, margin: float, min_pairs: int) -> list:
         gxe.ExpectColumnValuesToBeBetween(column="chosen_chars", min_value=1),
         gxe.ExpectColumnValuesToBeBetween(column="rejected_chars", min_value=1),
         gxe.ExpectColumnValuesToBeInSet(column="ids_linked", value_set=[True]),
+        gxe.ExpectColumnValuesToBeInSet(column="self_pair", value_set=[False]),
+        gxe.ExpectColumnValuesToBeInSet(column="same_group", value_set=[True]),
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "eval"]),
         gxe.ExpectColumnValuesToBeBetween(column="splits_of_query", min_value=1, max_value=1),
     ]

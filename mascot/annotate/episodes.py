@@ -1,0 +1,255 @@
+"""The `episodes` stage: branching group conversations for stage 2.
+
+For each query (its dialogue is the shared prefix), the Director samples K directives at the branch point:
+K branches. Each branch then rolls forward N agent turns (a directive, then the named speaker's reply under
+it; optionally a simulated user turn between agent turns). A directive that does not parse ends its branch,
+which is recorded as invalid with the raw text and the reason.
+
+`roll_forward` is the one rollout engine: the episodes stage, the Director's GRPO reward and the group
+evaluation all call it, with different directors. Records are journaled per query and chunks are fixed, as
+in `generate`, so a run resumed after a crash writes exactly what a clean run would.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+
+from mascot.annotate.director import (GENERIC_ACTION, GENERIC_TONE, DirectiveError, clean_turn, director_prompt,
+                                      directive_text, parse_directive, speaker_prompt_under, user_prompt)
+from mascot.annotate.generate import request_seed
+from mascot.data.personas import Persona
+from mascot.llm.backend import Completion, SampleRequest
+from mascot.progress import bar
+from mascot.resume import Journal, fingerprint
+
+
+@dataclass
+class Branch:
+    query_id: str
+    branch: int
+    context: list[dict]  # the shared prefix: the corpus dialogue up to the person's message
+    turns: list[dict] = field(default_factory=list)
+    invalid_reason: str | None = None
+    invalid_raw: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.invalid_reason is None
+
+    @property
+    def agent_turns(self) -> int:
+        return sum(t["role"] == "agent" for t in self.turns)
+
+    @property
+    def last_speaker(self) -> str | None:
+        return next((t["speaker"] for t in reversed(self.turns) if t["role"] == "agent"), None)
+
+    def seed(self, base: int, what: str) -> int:
+        return request_seed(base, f"{self.query_id}|b{self.branch}", f"t{self.agent_turns}|{what}")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.9
+    top_p: float = 0.95
+    max_tokens: int = 48
+    seed: int = 0
+
+
+class LLMDirector:
+    """A language model writes each directive (an instruct model in chat style, or a base/GRPO model in
+    transcript style)."""
+
+    def __init__(self, backend, personas: dict[str, Persona], style: str, sampling: Sampling):
+        self.backend, self.personas, self.style, self.sampling = backend, personas, style, sampling
+        self.name = backend.model_name
+
+    def settings(self) -> dict:
+        return {**self.sampling.__dict__, "style": self.style}
+
+    def propose(self, branches: list[Branch], n: int = 1) -> list[list[str]]:
+        reqs = []
+        for b in branches:
+            prompt, stop = director_prompt(self.personas, b.context, b.turns, self.style)
+            s = self.sampling
+            reqs.append(SampleRequest(prompt, n, s.temperature, s.top_p, s.max_tokens, stop, b.seed(s.seed, "director")))
+        return [[directive_text(c.text, self.style) for c in group] for group in self.backend.sample(reqs)]
+
+
+class ScriptedDirector:
+    """The ablations: a random speaking order, or a fixed round-robin, with a generic directive."""
+
+    def __init__(self, personas: dict[str, Persona], order: str, seed: int = 0):
+        if order not in ("random", "round_robin"):
+            raise ValueError(f"unknown speaking order '{order}' (random or round_robin)")
+        self.names, self.order, self.seed = list(personas), order, seed
+        self.name = order
+
+    def settings(self) -> dict:
+        return {"order": self.order, "seed": self.seed, "action": GENERIC_ACTION, "tone": GENERIC_TONE}
+
+    def propose(self, branches: list[Branch], n: int = 1) -> list[list[str]]:
+        out = []
+        for b in branches:
+            picks = []
+            for k in range(n):
+                if self.order == "round_robin":
+                    start = int(hashlib.sha1(b.query_id.encode()).hexdigest(), 16) % len(self.names)
+                    name = self.names[(start + b.agent_turns + k) % len(self.names)]
+                else:
+                    name = random.Random(b.seed(self.seed, f"random{k}")).choice(self.names)
+                picks.append(f"Agent: {name}\nAction: {GENERIC_ACTION}\nTone: {GENERIC_TONE}")
+            out.append(picks)
+        return out
+
+
+def _turn(role: str, speaker: str | None, c: Completion, names: list[str], **extra) -> dict:
+    return {"role": role, "speaker": speaker, **extra, "text": clean_turn(c.text, names),
+            "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+            "finish_reason": c.finish_reason}
+
+
+def roll_forward(branches: list[Branch], turns: int, director, speaker_backend, personas: dict[str, Persona],
+                 sampling: Sampling, user_turns: bool = False, first: list[str] | None = None,
+                 progress=None) -> list[Branch]:
+    """Add `turns` agent turns to every valid branch, batched across branches turn by turn. `first`: the
+    directives of the first of these turns, already written (one per branch). Mutates and returns `branches`."""
+    names = list(personas)
+    for t in range(turns):
+        live = [b for b in branches if b.valid]
+        if not live:
+            break
+        raws = ([first[branches.index(b)] for b in live] if t == 0 and first is not None
+                else [group[0] for group in director.propose(live)])
+        speaking = []
+        for b, raw in zip(live, raws):
+            try:
+                speaking.append((b, parse_directive(raw, names), raw))
+            except DirectiveError as exc:
+                b.invalid_reason, b.invalid_raw = f"directive of agent turn {b.agent_turns + 1}: {exc}", raw
+        reqs = [SampleRequest(speaker_prompt_under(personas[d.agent], d, b.context, b.turns), 1, sampling.temperature,
+                              sampling.top_p, sampling.max_tokens, (), b.seed(sampling.seed, "speaker"))
+                for b, d, _ in speaking]
+        for (b, d, raw), (c,) in zip(speaking, speaker_backend.sample(reqs) if reqs else []):
+            b.turns.append(_turn("agent", d.agent, c, names, directive={**d.as_dict(), "raw": raw}))
+        if user_turns and t < turns - 1:
+            talking = [b for b, _, _ in speaking]
+            reqs = [SampleRequest(user_prompt(b.context, b.turns), 1, sampling.temperature, sampling.top_p,
+                                  sampling.max_tokens, (), b.seed(sampling.seed, "user")) for b in talking]
+            for b, (c,) in zip(talking, speaker_backend.sample(reqs) if reqs else []):
+                b.turns.append(_turn("user", None, c, names))
+        if progress:
+            progress(len(live))
+    return branches
+
+
+def episode_record(b: Branch, source: str | None, models: dict, sampling: dict) -> dict:
+    return {"episode_id": f"{b.query_id}|b{b.branch}", "query_id": b.query_id, "prefix_id": b.query_id,
+            "branch": b.branch, "source": source, "valid": b.valid, "invalid_reason": b.invalid_reason,
+            "invalid_raw": b.invalid_raw, "turns": b.turns, "models": models, "sampling": sampling}
+
+
+def episode_queries(queries: list[dict], max_queries: int | None, seed: int) -> list[dict]:
+    """The queries that get episodes: a seeded order (sources mixed), the first `max_queries`; the rest stay
+    held out for the group evaluation."""
+    ranked = sorted(queries, key=lambda q: hashlib.sha256(f"{seed}:{q['query_id']}".encode()).hexdigest())
+    return ranked[:max_queries] if max_queries else ranked
+
+
+def speaker_sampling(p) -> Sampling:
+    return Sampling(p.temperature, p.top_p, p.max_tokens, p.seed)
+
+
+def director_sampling(p) -> Sampling:
+    return Sampling(p.director_temperature, p.top_p, p.director_max_tokens, p.seed)
+
+
+def generate_episodes(queries: list[dict], personas: dict[str, Persona], params, director: LLMDirector,
+                      speaker_backend, journal: Journal | None = None, chunk_size: int = 4,
+                      stats: dict | None = None) -> list[dict]:
+    """K branches of N agent turns per query; queries already in `journal` are reused. `params`: EpisodesParams."""
+    sampling = speaker_sampling(params)
+    models = {"director": director.name, "speaker": speaker_backend.model_name}
+    record_sampling = {"speaker": sampling.__dict__, "director": director.settings(),
+                       "branches": params.branches, "agent_turns": params.agent_turns, "user_turns": params.user_turns}
+    jobs = [(q, fingerprint(models, record_sampling, q["query_id"], q["context"], sorted(personas)))
+            for q in queries]
+    done = {key: journal.get(key) for _, key in jobs if journal and journal.get(key)}
+    if stats is not None:
+        stats.update(reused=len(done), total=len(jobs))
+    progress = bar(len(jobs) * params.branches, "episodes", initial=len(done) * params.branches)
+    for start in range(0, len(jobs), chunk_size):
+        chunk = [(q, key) for q, key in jobs[start: start + chunk_size]]
+        if all(key in done for _, key in chunk):
+            continue
+        prefixes = [Branch(q["query_id"], -1, q["context"]) for q, _ in chunk]
+        proposals = director.propose(prefixes, n=params.branches)
+        branches = [Branch(q["query_id"], k, q["context"]) for q, _ in chunk for k in range(params.branches)]
+        first = [raw for group in proposals for raw in group]
+        roll_forward(branches, params.agent_turns, director, speaker_backend, personas, sampling,
+                     params.user_turns, first)
+        for i, (q, key) in enumerate(chunk):
+            mine = branches[i * params.branches: (i + 1) * params.branches]
+            group = {"episodes": [episode_record(b, q.get("source"), models, record_sampling) for b in mine]}
+            if key not in done:
+                done[key] = group
+                if journal:
+                    journal.add(key, group)
+        if journal:
+            journal.flush()
+        progress.update(len(chunk) * params.branches)
+    progress.close()
+    if journal:
+        journal.retain({key for _, key in jobs})
+    return [e for _, key in jobs for e in done[key]["episodes"]]
+
+
+def episode_metrics(episodes: list[dict]) -> dict:
+    from collections import Counter
+    from statistics import fmean
+
+    valid = [e for e in episodes if e["valid"]]
+    agent = [t for e in episodes for t in e["turns"] if t["role"] == "agent"]
+    directives = len(agent) + sum(not e["valid"] for e in episodes)
+    by_prefix: dict[str, set] = {}
+    for e in valid:
+        by_prefix.setdefault(e["prefix_id"], set()).update(t["speaker"] for t in e["turns"] if t["role"] == "agent")
+    return {"episodes": len(episodes), "prefixes": len({e["prefix_id"] for e in episodes}),
+            "valid_branches": len(valid), "invalid_branches": len(episodes) - len(valid),
+            "directive_parse_rate": round(len(agent) / directives, 4) if directives else None,
+            "invalid_reasons": dict(Counter("unknown agent" if "unknown agent" in e["invalid_reason"] else "missing field"
+                                            for e in episodes if not e["valid"])),
+            "speaker_usage": dict(Counter(t["speaker"] for t in agent)),
+            "mean_speakers_per_prefix": round(fmean(len(s) for s in by_prefix.values()), 3) if by_prefix else None,
+            "mean_turn_words": round(fmean(len(t["text"].split()) for t in agent), 2) if agent else None,
+            "empty_turns": sum(not t["text"].strip() for e in episodes for t in e["turns"]),
+            "finish_reasons": dict(Counter(t["finish_reason"] for e in episodes for t in e["turns"]))}
+
+
+def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/group/episodes.jsonl",
+         metrics: str = "metrics/episodes.json") -> None:
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.llm.backend import make_backend
+
+    p = params.episodes
+    queries = episode_queries(load_jsonl(queries_path), p.max_queries, p.seed)
+    personas = load_personas(params.prepare.personas_file)
+    speaker = make_backend(params.llm.speaker, "llm.speaker")
+    director_backend = (make_backend(params.llm.director, "llm.director") if params.llm.director else speaker)
+    director = (LLMDirector(director_backend, personas, p.director_style, director_sampling(p)) if p.director == "llm"
+                else ScriptedDirector(personas, p.director, p.seed))
+    journal, stats = Journal("episodes"), {}
+    chunk = max(1, params.llm.speaker.batch_size // p.branches)  # one rollout batch holds a chunk's branches
+    try:
+        episodes = generate_episodes(queries, personas, p, director, speaker, journal, chunk_size=chunk, stats=stats)
+    finally:
+        journal.close()
+        speaker.close()
+        director_backend.close()
+    write_jsonl(out, episodes)
+    m = {**episode_metrics(episodes), "resumed_prefixes": stats["reused"]}
+    write_json(metrics, m)
+    print(f"episodes: {m['episodes']} branches of {m['prefixes']} prefixes ({m['valid_branches']} valid, "
+          f"{m['invalid_branches']} invalid: {m['invalid_reasons']}) -> {out}")

@@ -1,0 +1,155 @@
+"""The `train_director` stage: GRPO on a LoRA Director whose completion is one directive.
+
+The reward of a directive is the group reward model the registry's alias points at
+(`models:/mascot-group-rm@champion`), on the block that results from rolling the directive forward with the
+speakers (`rollout_turns` agent turns); plus a format reward (a parseable directive naming a known agent)
+and a diversity term (a penalty for naming the previous turn's speaker again). Weights are parameters.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mascot.annotate.director import DirectiveError, block_messages, director_prompt, directive_text, parse_directive
+from mascot.annotate.episodes import Branch, LLMDirector, Sampling, roll_forward
+from mascot.config import DirectorParams
+
+
+def director_states(episodes: list[dict], queries: dict[str, dict], personas: dict, params: DirectorParams) -> list[dict]:
+    """Where the Director acts in the episodes: each prefix's branch point, and each valid branch after its
+    first agent turn (there the previous speaker is known)."""
+    rows, seen = [], set()
+    for e in episodes:
+        if not e["valid"]:
+            continue
+        context = queries[e["query_id"]]["context"]
+        first_agent = next((i for i, t in enumerate(e["turns"]) if t["role"] == "agent"), None)
+        states = [[]] if e["prefix_id"] not in seen else []
+        seen.add(e["prefix_id"])
+        if first_agent is not None and len(e["turns"]) > first_agent + 1:
+            # after the first agent turn (and the simulated user's, if any): the next directive's state
+            nxt = next((i for i in range(first_agent + 1, len(e["turns"])) if e["turns"][i]["role"] == "agent"), None)
+            if nxt is not None:
+                states.append(e["turns"][:nxt])
+        for turns in states:
+            prompt, _ = director_prompt(personas, context, turns, params.prompt_style)
+            previous = next((t["speaker"] for t in reversed(turns) if t["role"] == "agent"), "")
+            rows.append({"prompt": prompt, "query_id": e["query_id"], "context": json.dumps(context),
+                         "turns": json.dumps(turns), "previous_speaker": previous})
+    if not rows:
+        raise ValueError("train_director: no valid episodes to take Director states from; see metrics/episodes.json "
+                         "(invalid branches) and the episodes parameters")
+    return rows[: params.max_prompts] if params.max_prompts else rows
+
+
+def _parsed(completion, style: str, names: list[str]):
+    try:
+        return parse_directive(directive_text(completion, style), names)
+    except DirectiveError:
+        return None
+
+
+def make_director_rewards(scorer, speaker_backend, personas: dict, params: DirectorParams,
+                          rollout_sampling: Sampling) -> list:
+    names, style = list(personas), params.prompt_style
+
+    def group_reward_model(prompts, completions, query_id, context, turns, **_) -> list[float]:
+        branches = [Branch(q, i, json.loads(c), json.loads(t)) for i, (q, c, t) in enumerate(zip(query_id, context, turns))]
+        # the episodes' Director (the speaker model) writes any directive after the first
+        follow = LLMDirector(speaker_backend, personas, "chat", rollout_sampling)
+        roll_forward(branches, params.rollout_turns, follow, speaker_backend, personas, rollout_sampling,
+                     first=[directive_text(c, style) for c in completions])
+        valid = [i for i, b in enumerate(branches) if b.valid]
+        scores = dict(zip(valid, scorer.score([(None, branches[i].context, block_messages(branches[i].turns))
+                                               for i in valid]))) if valid else {}
+        # an unparseable directive has no block to score: below the worst parseable one of the same batch
+        floor = min(scores.values()) - 1.0 if scores else 0.0
+        return [scores.get(i, floor) for i in range(len(branches))]
+
+    def directive_format(prompts, completions, **_) -> list[float]:
+        return [float(_parsed(c, style, names) is not None) for c in completions]
+
+    def speaker_diversity(prompts, completions, previous_speaker, **_) -> list[float]:
+        out = []
+        for c, prev in zip(completions, previous_speaker):
+            d = _parsed(c, style, names)
+            out.append(-1.0 if d is not None and prev and d.agent == prev else 0.0)
+        return out
+
+    return [group_reward_model, directive_format, speaker_diversity]
+
+
+def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
+         out_dir: str = "models/director", metrics_path: str = "metrics/train_director.json",
+         plots_path: str = "plots/train_director/rewards.csv") -> None:
+    import csv
+    import os
+
+    import mlflow
+
+    from mascot import registry
+    from mascot.annotate.episodes import speaker_sampling
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl, write_json
+    from mascot.llm.backend import make_backend
+    from mascot.policy.grpo import reward_trend, train_policy
+    from mascot.reward.scorer import RewardScorer
+
+    p: DirectorParams = params.train_director
+    os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
+    registry.setup_tracking(params)
+    exp = registry.experiment_id(params.mlflow.director_experiment, params.mlflow.artifact_root)
+    rm_name = params.train_group_rm.registered_model
+    rm_version = registry.alias_version(rm_name, p.reward_alias)
+    if rm_version is None:
+        raise ValueError(f"train_director: registered model '{rm_name}' has no alias '{p.reward_alias}'; run the "
+                         f"promote_group stage or `mascot promote --model {rm_name} --version N --alias {p.reward_alias}`")
+    rm_uri = f"models:/{rm_name}@{p.reward_alias}"
+    registry.abandon_incomplete(p.registered_model)
+    scorer = RewardScorer.from_registry(rm_uri)
+    personas = load_personas(params.prepare.personas_file)
+    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
+    rows = director_states(load_jsonl(episodes_path), queries, personas, p)
+    speaker = make_backend(params.llm.speaker, "llm.speaker")
+    rollout = Sampling(**{**speaker_sampling(params.episodes).__dict__, "max_tokens": p.rollout_max_tokens})
+    lineage = registry.git_state()
+    tags = {**lineage, "reward_model": rm_name, "reward_model_version": rm_version, "reward_model_alias": p.reward_alias,
+            "reward_model_uri": rm_uri, "speaker_model": speaker.model_name, "base_model": p.base_model,
+            "granularity": "block"}
+    run_name = f"director-{Path(p.base_model).name}-grm-v{rm_version}-lr{p.learning_rate:g}-{lineage['git_commit'][:7]}"
+    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=tags) as run:
+        mlflow.log_params({f"train_director.{k}": v for k, v in p.model_dump().items() if k != "lora"}
+                          | {f"train_director.lora.{k}": v for k, v in p.lora.model_dump().items()}
+                          | {"reward_model": rm_name, "reward_model_version": rm_version, "prompts": len(rows)})
+        result = train_policy(rows, make_director_rewards(scorer, speaker, personas, p, rollout),
+                              [p.reward_weight, p.format_weight, p.diversity_weight], p, Path(out_dir),
+                              Path(".mascot/checkpoints/train_director"), meta={"role": "director"})
+        history = result["history"]
+        fmt = [h.get("rewards/directive_format/mean") for h in history]
+        metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": rm_version,
+                   "reward_first_step": history[0]["reward"] if history else None,
+                   "reward_last_step": history[-1]["reward"] if history else None,
+                   "directive_format_first_step": fmt[0] if fmt else None,
+                   "directive_format_last_step": fmt[-1] if fmt else None, **reward_trend(history)}
+        write_json(metrics_path, metrics)
+        mlflow.log_artifact(metrics_path)
+        mlflow.log_artifacts(out_dir, artifact_path="policy")
+        version = registry.register_version(p.registered_model, run.info.run_id, "policy",
+                                            {**tags, "reward_first_step": metrics["reward_first_step"],
+                                             "reward_last_step": metrics["reward_last_step"]},
+                                            "LoRA Director policy (one directive per completion) trained with GRPO")
+    speaker.close()
+    Path(plots_path).parent.mkdir(parents=True, exist_ok=True)
+    keys = ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
+            "rewards/speaker_diversity/mean", "completions/mean_length"]
+    with open(plots_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({k: h.get(k) for k in keys} for h in history)
+    write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
+                                                    "run_id": version.run_id})
+    registry.mark_complete(version.name, version.version)
+    print(f"train_director: {metrics['steps']} steps on {len(rows)} Director states, reward "
+          f"{metrics['reward_first_step']} -> {metrics['reward_last_step']}, directive format "
+          f"{metrics['directive_format_first_step']} -> {metrics['directive_format_last_step']}; group reward model "
+          f"{rm_name} v{rm_version} ({rm_uri}); registered {version.name} v{version.version}")

@@ -1,0 +1,164 @@
+"""The `evaluate_group` stage: who speaks next, measured. On held-out queries (none of them given episodes),
+one conversation per query under each condition:
+
+- trained: the GRPO Director (`models/director`);
+- base: the same base model without the adapter;
+- random: a random speaking order with a generic directive (the method's ablation);
+- round_robin: a fixed order with a generic directive.
+
+The speakers, their sampling seeds and the judge are the same in every condition; only the Director
+differs. Each conversation gets the collective rubric (its block of agent turns), the per-reply persona
+rubric averaged over its turns, and the group reward model's score; per-speaker usage is counted. One
+MLflow run per condition (comparable in `mlflow ui`), and a DVC metrics file.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from statistics import fmean
+
+from mascot.annotate.director import block_messages
+from mascot.annotate.episodes import Branch, LLMDirector, Sampling, ScriptedDirector, episode_record, roll_forward
+from mascot.annotate.rubric import COLLECTIVE, PERSONA, reply_item
+from mascot.annotate.score import episode_units, score_units
+
+
+def held_out_queries(queries: list[dict], episodes: list[dict], limit: int | None) -> list[dict]:
+    used = {e["query_id"] for e in episodes}
+    rest = sorted((q for q in queries if q["query_id"] not in used), key=lambda q: q["query_id"])
+    return rest[:limit] if limit else rest
+
+
+def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) -> list[dict]:
+    """Each agent turn as a stage-1 unit: its persona, the conversation before it, its text."""
+    units = []
+    for e in records:
+        before = list(queries[e["query_id"]]["context"])
+        for k, t in enumerate(e["turns"]):
+            if t["role"] == "agent":
+                units.append({"id": f"{e['episode_id']}|t{k}", "item": reply_item(personas[t["speaker"]], before, t["text"]),
+                              "fields": {"candidate_id": f"{e['episode_id']}|t{k}", "query_id": e["query_id"],
+                                         "persona": t["speaker"], "episode_id": e["episode_id"]},
+                              "skip": None if t["text"].strip() else "empty reply"})
+            before.append(block_messages([t])[0])
+    return units
+
+
+def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores: list[dict],
+                      rm_scores: dict[str, float]) -> dict:
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return round(fmean(values), 4) if values else None
+
+    scored = [s for s in group_scores if s["status"] == "scored"]
+    turns = [s for s in turn_scores if s["status"] == "scored"]
+    agent = [t for e in records for t in e["turns"] if t["role"] == "agent"]
+    repeats = [a["speaker"] == b["speaker"] for e in records
+               for a, b in zip([t for t in e["turns"] if t["role"] == "agent"], [t for t in e["turns"] if t["role"] == "agent"][1:])]
+    return {"conversations": len(records), "valid_conversations": sum(e["valid"] for e in records),
+            "collective_scored": len(scored),
+            **{f"collective_{d}": mean(s["scores"][d] for s in scored) for d in COLLECTIVE.dimensions},
+            "collective_total": mean(s["total_reward"] for s in scored),
+            "per_reply_scored": len(turns), "per_reply_total": mean(s["total_reward"] for s in turns),
+            **{f"per_reply_{d}": mean(s["scores"][d] for s in turns) for d in PERSONA.dimensions},
+            "group_rm_score": mean(rm_scores.values()),
+            "speaker_usage": dict(Counter(t["speaker"] for t in agent)),
+            "distinct_speakers_per_conversation": mean(len({t["speaker"] for t in e["turns"] if t["role"] == "agent"})
+                                                       for e in records if e["valid"]),
+            "same_speaker_twice_rate": mean([float(r) for r in repeats]),
+            "mean_turn_words": mean(len(t["text"].split()) for t in agent)}
+
+
+def paired_vs(base: dict[str, float], other: dict[str, float]) -> dict:
+    """other minus base on the same queries' collective totals: mean, bootstrap 95% interval, n."""
+    from mascot.stats import mean_with_ci
+
+    common = sorted(set(base) & set(other))
+    return mean_with_ci([other[q] - base[q] for q in common])
+
+
+def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
+         director_dir: str = "models/director", metrics_path: str = "metrics/evaluate_group.json",
+         out_path: str = "reports/evaluate_group_conversations.jsonl") -> None:
+    import json
+    from pathlib import Path
+
+    import mlflow
+
+    from mascot import registry
+    from mascot.annotate.score import resolve_prompt_style
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.llm.backend import make_backend
+    from mascot.llm.local_backend import LocalBackend
+    from mascot.policy.evaluate import load_policy
+    from mascot.reward.scorer import RewardScorer
+
+    p, d = params.evaluate_group, params.train_director
+    registry.setup_tracking(params)
+    exp = registry.experiment_id(params.mlflow.director_experiment, params.mlflow.artifact_root)
+    personas = load_personas(params.prepare.personas_file)
+    all_queries = load_jsonl(queries_path)
+    queries = held_out_queries(all_queries, load_jsonl(episodes_path), p.max_queries)
+    if not queries:
+        raise ValueError("evaluate_group: every query was given episodes; lower episodes.max_queries to hold some out")
+    by_q = {q["query_id"]: q for q in all_queries}
+    rm_name, alias = params.train_group_rm.registered_model, d.reward_alias
+    rm_version = registry.alias_version(rm_name, alias)
+    scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
+    speaker = make_backend(params.llm.speaker, "llm.speaker")
+    judge = make_backend(params.llm.judge, "llm.judge")
+    style = resolve_prompt_style(params.score)
+    director_version = json.loads((Path(director_dir) / "registered.json").read_text())
+    sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
+    git = registry.git_state()
+    results, records_all, totals = {}, [], {}
+    for condition in p.conditions:
+        if condition in ("trained", "base"):
+            model, tokenizer = load_policy(d.base_model, director_dir if condition == "trained" else None)
+            director = LLMDirector(LocalBackend.from_model(model, tokenizer, f"{d.base_model}+{condition}",
+                                                           params.llm.speaker.batch_size),
+                                   personas, d.prompt_style, Sampling(p.director_temperature, 1.0,
+                                                                      d.max_completion_length, p.seed))
+        else:
+            director = ScriptedDirector(personas, condition, p.seed)
+        branches = [Branch(q["query_id"], 0, q["context"]) for q in queries]
+        roll_forward(branches, p.agent_turns, director, speaker, personas, sampling, p.user_turns)
+        records = [episode_record(b, by_q[b.query_id].get("source"), {"director": director.name,
+                                                                       "speaker": speaker.model_name},
+                                  sampling.__dict__) for b in branches]
+        group_scores = score_units(episode_units(records, by_q, personas), COLLECTIVE, params.score, judge,
+                                   prompt_style=style)
+        turn_scores = score_units(turn_units(records, by_q, personas), PERSONA, params.score, judge, prompt_style=style)
+        valid = [e for e in records if e["valid"]]
+        rm = dict(zip([e["query_id"] for e in valid],
+                      scorer.score([(None, by_q[e["query_id"]]["context"], block_messages(e["turns"])) for e in valid])
+                      if valid else []))
+        metrics = condition_metrics(records, group_scores, turn_scores, rm)
+        totals[condition] = {s["query_id"]: s["total_reward"] for s in group_scores if s["status"] == "scored"}
+        tags = {**git, "condition": condition, "evaluation": "true", "group_reward_model": rm_name,
+                "group_reward_model_version": str(rm_version), "queries": str(len(queries))}
+        if condition == "trained":
+            tags.update(director_model=director_version["name"], director_version=director_version["version"])
+        with mlflow.start_run(experiment_id=exp, run_name=f"eval-group-{condition}-{git['git_commit'][:7]}", tags=tags):
+            mlflow.log_params({"evaluate_group.agent_turns": p.agent_turns, "evaluate_group.max_queries": p.max_queries,
+                               "evaluate_group.director_temperature": p.director_temperature,
+                               "score.mode": params.score.mode})
+            mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+                               | {f"usage_{k}": v for k, v in metrics["speaker_usage"].items()})
+        results[condition] = metrics
+        scores_by_id = {s["episode_id"]: s for s in group_scores}
+        records_all += [{"condition": condition, **e, "collective": scores_by_id.get(e["episode_id"]),
+                         "group_rm_score": rm.get(e["query_id"]) if e["valid"] else None} for e in records]
+    if "random" in totals:
+        results["minus_random_collective_total"] = {c: paired_vs(totals["random"], t) for c, t in totals.items()
+                                                    if c != "random"}
+    speaker.close()
+    judge.close()
+    write_json(metrics_path, results)
+    write_jsonl(out_path, records_all)
+    print(f"evaluate_group: {len(queries)} held-out conversations per condition, {p.agent_turns} agent turns each")
+    print(f"  {'condition':<12} {'valid':>5} {'collective':>10} {'per-reply':>9} {'group RM':>8}  speakers")
+    for c in p.conditions:
+        m = results[c]
+        print(f"  {c:<12} {m['valid_conversations']:>5} {str(m['collective_total']):>10} {str(m['per_reply_total']):>9} "
+              f"{str(m['group_rm_score']):>8}  {m['speaker_usage']}")

@@ -1,0 +1,202 @@
+"""Stage 2: directives, branching episodes, the collective rubric, block pairs, their gate, the group reward
+input, and the Director's rewards."""
+import json
+
+import pytest
+
+from mascot.annotate.director import DirectiveError, block_messages, parse_directive
+from mascot.annotate.episodes import (Branch, LLMDirector, Sampling, ScriptedDirector, episode_metrics,
+                                      generate_episodes, roll_forward)
+from mascot.annotate.rubric import COLLECTIVE, PERSONA
+from mascot.config import EpisodesParams, PairsParams
+from mascot.granularity import BLOCK
+from mascot.resume import Journal
+
+AGENTS = ["The Anchor", "The Catalyst", "The Beacon", "Action Guide"]
+
+
+@pytest.mark.parametrize("text,agent", [
+    ("Agent: Anchor\nAction: Validate the guilt.\nTone: Calm and empathetic", "The Anchor"),
+    ("**Agent:** the catalyst\n**Action:** Ask what evidence there is.\n**Tone:** curious\nmore text", "The Catalyst"),
+    ("Sure!\nAGENT: Action Guide\nACTION: Suggest one step.\nTONE: practical", "Action Guide"),
+])
+def test_directives_parse_with_known_agents(text, agent):
+    d = parse_directive(text, AGENTS)
+    assert d.agent == agent and d.action and d.tone
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("Agent: Bob\nAction: x\nTone: y", "unknown agent 'Bob'"),
+    ("Agent: The Beacon\nAction: Cheer them on.", r"missing or empty field\(s\): tone"),
+    ("The Anchor should speak next.", "agent, action, tone"),
+])
+def test_bad_directives_are_errors_with_the_reason(text, reason):
+    with pytest.raises(DirectiveError, match=reason):
+        parse_directive(text, AGENTS)
+
+
+class ScriptedText:
+    """A Director backend that writes given texts (an unparseable one among them); a fake for this unit
+    test of the rollout logic (the tiny-model and default runs use the real in-process backend)."""
+    model_name = "scripted"
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def sample(self, requests, progress=None):
+        from mascot.llm.backend import Completion
+        return [[Completion(self.texts[(k + i) % len(self.texts)], 5, 5, "stop") for k in range(r.n)]
+                for i, r in enumerate(requests)]
+
+
+def test_episodes_branch_roll_forward_and_record_invalid_directives(tiny_backend, personas, demo_queries):
+    # completions continue the prompt's "Agent:"
+    texts = [" The Anchor\nAction: Validate.\nTone: warm", " Nobody\nAction: x\nTone: y",
+             " Action Guide\nAction: One step.\nTone: clear"]
+    director = LLMDirector(ScriptedText(texts), personas, "chat", Sampling())
+    params = EpisodesParams(branches=3, agent_turns=2, user_turns=True, max_tokens=6)
+    episodes = generate_episodes(demo_queries[:2], personas, params, director, tiny_backend, chunk_size=1)
+    assert len(episodes) == 6 and [e["branch"] for e in episodes[:3]] == [0, 1, 2]
+    invalid = [e for e in episodes if not e["valid"]]
+    assert invalid, "one scripted directive names an unknown agent"
+    for e in invalid:  # recorded as such, with the raw text; never replaced by a guess
+        assert "unknown agent 'Nobody'" in e["invalid_reason"] and e["invalid_raw"].startswith("Agent: Nobody")
+    for e in (e for e in episodes if e["valid"]):
+        roles = [t["role"] for t in e["turns"]]
+        assert roles == ["agent", "user", "agent"]  # N = 2 agent turns with a simulated user turn between
+        first = e["turns"][0]
+        assert first["directive"]["agent"] == first["speaker"] and first["directive"]["raw"]
+        assert {"prompt_tokens", "completion_tokens", "finish_reason"} <= set(first)
+    m = episode_metrics(episodes)
+    assert m["valid_branches"] + m["invalid_branches"] == 6 and m["invalid_reasons"] == {"unknown agent": len(invalid)}
+
+
+def test_episodes_resume_from_the_journal_to_the_same_records(tiny_backend, personas, demo_queries, tmp_path):
+    params = EpisodesParams(branches=2, agent_turns=2, max_tokens=6, director="random")
+    director = ScriptedDirector(personas, "random", 3)
+    clean = generate_episodes(demo_queries, personas, params, director, tiny_backend, Journal("e", tmp_path / "a"),
+                              chunk_size=1)
+
+    class Dies:
+        model_name, calls = tiny_backend.model_name, 0
+
+        def sample(self, requests, progress=None):
+            Dies.calls += 1
+            if Dies.calls > 2:  # one chunk (two turns) done, then the server is gone
+                raise RuntimeError("server died")
+            return tiny_backend.sample(requests, progress)
+
+    with pytest.raises(RuntimeError):
+        generate_episodes(demo_queries, personas, params, director, Dies(), Journal("e", tmp_path / "b"), chunk_size=1)
+    assert Journal("e", tmp_path / "b").resumed == 1
+    stats = {}
+    resumed = generate_episodes(demo_queries, personas, params, director, tiny_backend,
+                                Journal("e", tmp_path / "b"), chunk_size=1, stats=stats)
+    assert stats["reused"] == 1 and resumed == clean
+
+
+def test_scripted_orders(personas):
+    branches = [Branch("q1", 0, [{"role": "user", "content": "hi"}])]
+    rr = ScriptedDirector(personas, "round_robin")
+    first = parse_directive(rr.propose(branches)[0][0], AGENTS).agent
+    branches[0].turns.append({"role": "agent", "speaker": first, "text": "x"})
+    second = parse_directive(rr.propose(branches)[0][0], AGENTS).agent
+    assert AGENTS.index(second) == (AGENTS.index(first) + 1) % 4
+    with pytest.raises(ValueError, match="unknown speaking order"):
+        ScriptedDirector(personas, "alphabetical")
+
+
+def test_the_collective_rubric_is_data_on_the_same_prompt_code():
+    item = "Companions: x.\nConversation so far:\nPerson: hi\nBlock:\nThe Anchor: hello\n"
+    prompts = COLLECTIVE.expected_prompts(item, True, "plain")
+    assert list(prompts) == ["fidelity", "engagement_contribution", "originality_specificity", "group_coherence"]
+    assert "Now rate this block." in prompts["fidelity"] and "Example 2" in prompts["fidelity"]
+    assert set(COLLECTIVE.json_schema["required"]) == set(prompts) and set(PERSONA.json_schema["required"]) != set(prompts)
+    scores, _ = COLLECTIVE.parse_json(json.dumps({d: {"reason": "cites the block turns", "score": 2} for d in prompts}))
+    assert COLLECTIVE.total(scores) == 2.0
+
+
+def block_data():
+    """Two prefixes, three scored branches each; one branch of p1 invalid (unscored)."""
+    episodes, scores = [], []
+    for prefix, totals in (("p1", [4.0, 2.0, None]), ("p2", [3.0, 3.05, 1.0])):
+        for b, total in enumerate(totals):
+            eid = f"{prefix}|b{b}"
+            turns = [{"role": "agent", "speaker": AGENTS[b], "text": f"{prefix} turn {b} " + "word " * b},
+                     {"role": "agent", "speaker": AGENTS[b + 1], "text": "next"}]
+            episodes.append({"episode_id": eid, "query_id": prefix, "prefix_id": prefix, "branch": b,
+                             "valid": total is not None, "invalid_reason": None if total else "x", "turns": turns})
+            scores.append({"episode_id": eid, "query_id": prefix, "prefix_id": prefix, "branch": b,
+                           "status": "scored" if total else "unscored", "total_reward": total,
+                           "scores": {d: total for d in COLLECTIVE.dimensions} if total else None,
+                           "unscored_reason": None if total else "invalid branch: x"})
+    queries = {p: {"query_id": p, "context": [{"role": "user", "content": f"help {p}"}]} for p in ("p1", "p2")}
+    return episodes, scores, queries
+
+
+def test_block_pairs_stay_within_a_prefix_over_the_margin():
+    from mascot.pairs import build_block_pairs
+
+    episodes, scores, queries = block_data()
+    pairs = build_block_pairs(episodes, scores, queries, PairsParams(score_margin=0.5, eval_fraction=0.0))
+    assert [p["pair_id"] for p in pairs] == ["p1|b0>p1|b1", "p2|b0>p2|b2", "p2|b1>p2|b2"]  # 3.05 vs 3.0: under
+    p = pairs[0]
+    assert p["granularity"] == "block" and p["prefix_id"] == "p1" and p["chosen"][0]["name"] == "The Anchor"
+    assert all(x["score_chosen"] - x["score_rejected"] >= 0.5 for x in pairs)
+
+
+def test_the_gate_checks_block_pairs_with_the_same_invariants():
+    from mascot.pairs import build_block_pairs
+    from mascot.validate.gate import validate_data
+
+    episodes, scores, queries = block_data()
+    pairs = build_block_pairs(episodes, scores, queries, PairsParams(score_margin=0.5, eval_fraction=0.0))
+    results, _ = validate_data(episodes, scores, pairs, 0.5, 1, granularity=BLOCK)
+    assert all(r["success"] for r in results), [r for r in results if not r["success"]]
+    bad = [dict(pairs[0]), dict(pairs[1])]
+    bad[0]["rejected_id"] = bad[0]["chosen_id"]  # a self-pair
+    bad[1].update(rejected_id="p1|b1", prefix_id="p2")  # sides from two prefixes
+    results, quarantine = validate_data(episodes, scores, bad, 0.5, 1, granularity=BLOCK)
+    failed = {r["column"] for r in results if not r["success"]}
+    assert {"self_pair", "same_group"} <= failed and {q["row"] for q in quarantine} == {0, 1}
+
+
+def test_group_reward_input_cuts_the_prefix_never_the_block(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from mascot.reward.prompt import CUT_MARK, reward_input_ids
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    context = [{"role": "user", "content": f"old turn {i} " + "filler " * 30} for i in range(6)]
+    context.append({"role": "user", "content": "the last thing I said"})
+    block = [{"role": "assistant", "name": "The Anchor", "content": "first block turn"},
+             {"role": "assistant", "name": "Action Guide", "content": "second block turn"}]
+    full, cut = reward_input_ids(tok, None, context, block, 4096)
+    short, cut2 = reward_input_ids(tok, None, context, block, len(full) // 2)
+    text = tok.decode(short)
+    assert not cut and cut2 and len(short) <= len(full) // 2
+    assert "first block turn" in text and "second block turn" in text and "old turn 0" not in text
+    assert CUT_MARK.strip() in text
+    with pytest.raises(ValueError, match="the block is never cut"):
+        reward_input_ids(tok, None, context, block * 40, 64)
+
+
+def test_director_rewards_format_diversity_and_a_floor_for_unparseable(tiny_backend, personas):
+    from mascot.config import DirectorParams
+    from mascot.policy.director import make_director_rewards
+
+    class LengthScorer:
+        def score(self, items):
+            return [float(sum(len(m["content"]) for m in block)) for _, _, block in items]
+
+    rm, fmt, div = make_director_rewards(LengthScorer(), tiny_backend, personas,
+                                         DirectorParams(rollout_turns=1, prompt_style="transcript"),
+                                         Sampling(max_tokens=4))
+    completions = [" The Anchor\nAction: Validate.\nTone: warm", " Nobody\nAction: x\nTone: y",
+                   " Action Guide\nAction: One step.\nTone: clear"]
+    cols = dict(query_id=["q"] * 3, context=[json.dumps([{"role": "user", "content": "hi"}])] * 3,
+                turns=[json.dumps([])] * 3, previous_speaker=["The Anchor", "", ""])
+    assert fmt(None, completions) == [1.0, 0.0, 1.0]
+    assert div(None, completions, **cols) == [-1.0, 0.0, 0.0]  # The Anchor again after The Anchor
+    rewards = rm(None, completions, **cols)
+    assert rewards[1] == min(rewards[0], rewards[2]) - 1.0  # below the worst parseable directive
