@@ -19,16 +19,21 @@ AGENTS = ["The Anchor", "The Catalyst", "The Beacon", "Action Guide"]
     ("Agent: Anchor\nAction: Validate the guilt.\nTone: Calm and empathetic", "The Anchor"),
     ("**Agent:** the catalyst\n**Action:** Ask what evidence there is.\n**Tone:** curious\nmore text", "The Catalyst"),
     ("Sure!\nAGENT: Action Guide\nACTION: Suggest one step.\nTONE: practical", "Action Guide"),
+    # inline, as the method writes it; and as the embedded Director often does (Tone on the Action line)
+    ("Agent: Anchor / Action: Validate the user's feelings of guilt. / Tone: Calm and empathetic", "The Anchor"),
+    ("Agent:The Beacon\nAction: Name one strength. Tones: Warm, hopeful.\n\nAgent: The Catalyst", "The Beacon"),
 ])
 def test_directives_parse_with_known_agents(text, agent):
     d = parse_directive(text, AGENTS)
     assert d.agent == agent and d.action and d.tone
+    assert "Tone" not in d.action and "/" not in d.action and "\n" not in d.tone
 
 
 @pytest.mark.parametrize("text,reason", [
     ("Agent: Bob\nAction: x\nTone: y", "unknown agent 'Bob'"),
     ("Agent: The Beacon\nAction: Cheer them on.", r"missing or empty field\(s\): tone"),
     ("The Anchor should speak next.", "agent, action, tone"),
+    ("Agent:Action Guide\nAction: Offer to help you get started with YouTube.", "tone"),  # cut off by the budget
 ])
 def test_bad_directives_are_errors_with_the_reason(text, reason):
     with pytest.raises(DirectiveError, match=reason):
@@ -200,3 +205,25 @@ def test_director_rewards_format_diversity_and_a_floor_for_unparseable(tiny_back
     assert div(None, completions, **cols) == [-1.0, 0.0, 0.0]  # The Anchor again after The Anchor
     rewards = rm(None, completions, **cols)
     assert rewards[1] == min(rewards[0], rewards[2]) - 1.0  # below the worst parseable directive
+
+
+def test_director_states_and_group_evaluation_figures(personas):
+    from mascot.config import DirectorParams
+    from mascot.policy.director import director_states
+    from mascot.policy.evaluate_group import condition_metrics, held_out_queries, turn_units
+
+    episodes, scores, queries = block_data()
+    rows = director_states(episodes, queries, personas, DirectorParams())
+    # one branch-point state per prefix, and one after the first agent turn per valid branch
+    assert len(rows) == 2 + 5 and rows[0]["previous_speaker"] == "" and rows[1]["previous_speaker"] == "The Anchor"
+    assert rows[0]["prompt"].endswith("Agent:") and json.loads(rows[1]["turns"])[0]["speaker"] == "The Anchor"
+    units = turn_units([e for e in episodes if e["valid"]], queries, personas)
+    assert len(units) == 10 and units[1]["fields"]["persona"] == "The Catalyst"
+    assert "The Anchor: p1 turn 0" in units[1]["item"]  # the second turn's judge sees the first under its speaker
+    turn_scores = [{"status": "scored", "total_reward": 3.0, "scores": {d: 3.0 for d in PERSONA.dimensions}}] * 4
+    m = condition_metrics(episodes, scores, turn_scores, {"p1": 0.5, "p2": 1.5})
+    assert m["conversations"] == 6 and m["valid_conversations"] == 5 and m["collective_scored"] == 5
+    assert m["collective_total"] == round((4 + 2 + 3 + 3.05 + 1) / 5, 4) and m["group_rm_score"] == 1.0
+    assert m["speaker_usage"]["The Catalyst"] == 4 and m["same_speaker_twice_rate"] == 0.0
+    all_queries = [{"query_id": q} for q in ("p1", "p2", "p3", "p4")]
+    assert [q["query_id"] for q in held_out_queries(all_queries, episodes, None)] == ["p3", "p4"]

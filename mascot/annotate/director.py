@@ -14,8 +14,9 @@ from mascot.data.personas import Persona
 from mascot.llm.backend import Prompt
 
 FIELDS = ("agent", "action", "tone")
-FIELD_LINE = re.compile(r"^\s*[*_#>-]*\s*(agent|action|tone)\s*[*_]*\s*[:：]\s*[*_]*\s*(.*?)\s*[*_]*\s*$",
-                        re.IGNORECASE)
+# A field label anywhere in the text: on its own line, or inline as the method writes it
+# ("Agent: Anchor / Action: ... / Tone: ..."); markdown emphasis and a plural "Tones" are read too.
+LABEL = re.compile(r"(?:^|(?<=[\s/|*_#>.-]))[*_]*(agent|action|tones?)[*_]*\s*[:：][*_]*", re.IGNORECASE)
 GENERIC_ACTION, GENERIC_TONE = "Reply to the person's last message.", "Natural"
 
 
@@ -38,13 +39,17 @@ def _canonical(name: str) -> str:
 
 
 def parse_directive(text: str, agents: list[str]) -> Directive:
-    """The first Agent/Action/Tone lines of `text`. The agent must name a known speaker (case, a leading
-    "The" and punctuation aside: "Agent: Anchor" names The Anchor)."""
+    """The first Agent, Action and Tone fields of `text`, each running to the next label or the end of its
+    line. The agent must name a known speaker (case, a leading "The" and punctuation aside: "Agent: Anchor"
+    names The Anchor). Anything missing or unknown raises DirectiveError with the reason."""
     found: dict[str, str] = {}
-    for line in text.strip().splitlines():
-        m = FIELD_LINE.match(line)
-        if m and m.group(1).lower() not in found:
-            found[m.group(1).lower()] = m.group(2).strip()
+    labels = list(LABEL.finditer(text))
+    for m, nxt in zip(labels, labels[1:] + [None]):
+        name = m.group(1).lower().rstrip("s") if m.group(1).lower() != "tones" else "tone"
+        value = text[m.end(): nxt.start() if nxt else len(text)].split("\n", 1)[0]
+        value = value.strip().strip("/|*_").strip()
+        if name not in found:
+            found[name] = value
         if len(found) == 3:
             break
     missing = [f for f in FIELDS if not found.get(f)]
@@ -88,7 +93,7 @@ def director_prompt(personas: dict[str, Persona], context: list[dict], turns: li
     example = example_directive(personas, conversation)
     if style == "chat":
         return [{"role": "system", "content": task + " Answer with exactly three lines:\nAgent: <one of: "
-                 + ", ".join(personas) + ">\nAction: <instruction>\nTone: <tone>\n\nExample:\n" + example},
+                 + ", ".join(personas) + ">\nAction: <one short instruction>\nTone: <tone>\n\nExample:\n" + example},
                 {"role": "user", "content": f"Conversation so far:\n{conversation}\n\nThe directive for the next "
                                             "turn:"},
                 {"role": "assistant", "content": "Agent:"}], ()

@@ -82,73 +82,45 @@ def make_director_rewards(scorer, speaker_backend, personas: dict, params: Direc
 def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
          out_dir: str = "models/director", metrics_path: str = "metrics/train_director.json",
          plots_path: str = "plots/train_director/rewards.csv") -> None:
-    import csv
     import os
-
-    import mlflow
 
     from mascot import registry
     from mascot.annotate.episodes import speaker_sampling
     from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json
+    from mascot.io import load_jsonl
     from mascot.llm.backend import make_backend
-    from mascot.policy.grpo import reward_trend, train_policy
-    from mascot.reward.scorer import RewardScorer
+    from mascot.policy.grpo import champion_scorer, run_policy_stage
 
     p: DirectorParams = params.train_director
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
     registry.setup_tracking(params)
-    exp = registry.experiment_id(params.mlflow.director_experiment, params.mlflow.artifact_root)
     rm_name = params.train_group_rm.registered_model
-    rm_version = registry.alias_version(rm_name, p.reward_alias)
-    if rm_version is None:
-        raise ValueError(f"train_director: registered model '{rm_name}' has no alias '{p.reward_alias}'; run the "
-                         f"promote_group stage or `mascot promote --model {rm_name} --version N --alias {p.reward_alias}`")
-    rm_uri = f"models:/{rm_name}@{p.reward_alias}"
-    registry.abandon_incomplete(p.registered_model)
-    scorer = RewardScorer.from_registry(rm_uri)
+    rm_version, rm_uri, scorer = champion_scorer(rm_name, p.reward_alias, "train_director", "promote_group")
     personas = load_personas(params.prepare.personas_file)
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     rows = director_states(load_jsonl(episodes_path), queries, personas, p)
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     rollout = Sampling(**{**speaker_sampling(params.episodes).__dict__, "max_tokens": p.rollout_max_tokens})
-    lineage = registry.git_state()
-    tags = {**lineage, "reward_model": rm_name, "reward_model_version": rm_version, "reward_model_alias": p.reward_alias,
-            "reward_model_uri": rm_uri, "speaker_model": speaker.model_name, "base_model": p.base_model,
-            "granularity": "block"}
-    run_name = f"director-{Path(p.base_model).name}-grm-v{rm_version}-lr{p.learning_rate:g}-{lineage['git_commit'][:7]}"
-    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=tags) as run:
-        mlflow.log_params({f"train_director.{k}": v for k, v in p.model_dump().items() if k != "lora"}
-                          | {f"train_director.lora.{k}": v for k, v in p.lora.model_dump().items()}
-                          | {"reward_model": rm_name, "reward_model_version": rm_version, "prompts": len(rows)})
-        result = train_policy(rows, make_director_rewards(scorer, speaker, personas, p, rollout),
-                              [p.reward_weight, p.format_weight, p.diversity_weight], p, Path(out_dir),
-                              Path(".mascot/checkpoints/train_director"), meta={"role": "director"})
-        history = result["history"]
+    tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
+            "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri, "speaker_model": speaker.model_name,
+            "base_model": p.base_model, "granularity": "block"}
+
+    def format_figures(history: list[dict]) -> dict:
         fmt = [h.get("rewards/directive_format/mean") for h in history]
-        metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": rm_version,
-                   "reward_first_step": history[0]["reward"] if history else None,
-                   "reward_last_step": history[-1]["reward"] if history else None,
-                   "directive_format_first_step": fmt[0] if fmt else None,
-                   "directive_format_last_step": fmt[-1] if fmt else None, **reward_trend(history)}
-        write_json(metrics_path, metrics)
-        mlflow.log_artifact(metrics_path)
-        mlflow.log_artifacts(out_dir, artifact_path="policy")
-        version = registry.register_version(p.registered_model, run.info.run_id, "policy",
-                                            {**tags, "reward_first_step": metrics["reward_first_step"],
-                                             "reward_last_step": metrics["reward_last_step"]},
-                                            "LoRA Director policy (one directive per completion) trained with GRPO")
-    speaker.close()
-    Path(plots_path).parent.mkdir(parents=True, exist_ok=True)
-    keys = ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
-            "rewards/speaker_diversity/mean", "completions/mean_length"]
-    with open(plots_path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows({k: h.get(k) for k in keys} for h in history)
-    write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
-                                                    "run_id": version.run_id})
-    registry.mark_complete(version.name, version.version)
+        return {"directive_format_first_step": fmt[0] if fmt else None,
+                "directive_format_last_step": fmt[-1] if fmt else None}
+
+    series = {plots_path: ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
+                           "rewards/speaker_diversity/mean", "completions/mean_length"]}
+    try:
+        metrics, version = run_policy_stage(
+            params, "train_director", p, params.mlflow.director_experiment, rows,
+            make_director_rewards(scorer, speaker, personas, p, rollout),
+            [p.reward_weight, p.format_weight, p.diversity_weight], tags,
+            "LoRA Director policy (one directive per completion) trained with GRPO", out_dir, metrics_path, series,
+            format_figures)
+    finally:
+        speaker.close()
     print(f"train_director: {metrics['steps']} steps on {len(rows)} Director states, reward "
           f"{metrics['reward_first_step']} -> {metrics['reward_last_step']}, directive format "
           f"{metrics['directive_format_first_step']} -> {metrics['directive_format_last_step']}; group reward model "

@@ -86,61 +86,55 @@ def reward_trend(history: list[dict]) -> dict:
                 "completion_length_last_quarter": round(float(np.mean(lengths[-q:])), 2)} if len(lengths) >= 4 else {})}
 
 
-def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
-         out_dir: str = "models/policy", metrics_path: str = "metrics/train_grpo.json",
-         plots_path: str = "plots/train_grpo/rewards.csv") -> None:
+def champion_scorer(rm_name: str, alias: str, stage: str, promote_stage: str):
+    """(version, uri, scorer) of the reward model an alias points at; a missing alias says what to run."""
+    from mascot import registry
+    from mascot.reward.scorer import RewardScorer
+
+    version = registry.alias_version(rm_name, alias)
+    if version is None:
+        raise ValueError(f"{stage}: registered model '{rm_name}' has no alias '{alias}'; run the {promote_stage} stage "
+                         f"or `mascot promote --model {rm_name} --version N --alias {alias}`")
+    uri = f"models:/{rm_name}@{alias}"
+    return version, uri, RewardScorer.from_registry(uri)
+
+
+def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: list[dict], reward_funcs: list,
+                     weights: list[float], tags: dict, description: str, out_dir: str, metrics_path: str,
+                     plot_series: dict[str, list[str]], extra_metrics=None) -> tuple[dict, object]:
+    """One GRPO stage, speaker or Director: an MLflow run (params, metrics, the adapter), a registered
+    version marked complete only at the end, and the curves as CSV for `dvc plots`."""
     import csv
-    import os
 
     import mlflow
 
     from mascot import registry
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json
-    from mascot.policy.rewards import make_format_reward, make_reward_model_reward
-    from mascot.reward.scorer import RewardScorer
+    from mascot.io import write_json
 
-    p: GRPOParams = params.grpo
-    os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
-    registry.setup_tracking(params)
-    exp = registry.experiment_id(params.mlflow.policy_experiment, params.mlflow.artifact_root)
-    rm_name = params.train_rm.registered_model
-    rm_version = registry.alias_version(rm_name, p.reward_alias)
-    if rm_version is None:
-        raise ValueError(f"train_grpo: registered model '{rm_name}' has no alias '{p.reward_alias}'; "
-                         f"run the promote stage or `mascot promote --version N --alias {p.reward_alias}`")
-    rm_uri = f"models:/{rm_name}@{p.reward_alias}"
     registry.abandon_incomplete(p.registered_model)
-    scorer = RewardScorer.from_registry(rm_uri)
-    personas = load_personas(params.prepare.personas_file)
-    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    rows = grpo_prompts(queries, load_jsonl(pairs_path), personas, p)
-    lineage = registry.git_state()
-    tags = {**lineage, "reward_model": rm_name, "reward_model_version": rm_version, "reward_model_alias": p.reward_alias,
-            "reward_model_uri": rm_uri, "personas": ",".join(sorted({r["persona"] for r in rows})),
-            "base_model": p.base_model}
-    run_name = f"grpo-{Path(p.base_model).name}-rm-v{rm_version}-lr{p.learning_rate:g}-{lineage['git_commit'][:7]}"
+    exp = registry.experiment_id(experiment, params.mlflow.artifact_root)
+    run_name = (f"{stage}-{Path(p.base_model).name}-rm-v{tags['reward_model_version']}-lr{p.learning_rate:g}-"
+                f"{tags['git_commit'][:7]}")
     with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=tags) as run:
-        mlflow.log_params({f"grpo.{k}": v for k, v in p.model_dump().items() if k != "lora"}
-                          | {f"grpo.lora.{k}": v for k, v in p.lora.model_dump().items()}
-                          | {"reward_model": rm_name, "reward_model_version": rm_version, "prompts": len(rows)})
-        result = train_policy(rows, [make_reward_model_reward(scorer, personas), make_format_reward()],
-                              [p.reward_weight, p.format_weight], p, Path(out_dir), Path(".mascot/checkpoints/train_grpo"))
+        mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k != "lora"}
+                          | {f"{stage}.lora.{k}": v for k, v in p.lora.model_dump().items()}
+                          | {"reward_model": tags["reward_model"], "reward_model_version": tags["reward_model_version"],
+                             "prompts": len(rows)})
+        result = train_policy(rows, reward_funcs, weights, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"),
+                              meta={"stage": stage})
         history = result["history"]
-        metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": rm_version,
+        metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": tags["reward_model_version"],
                    "reward_first_step": history[0]["reward"] if history else None,
-                   "reward_last_step": history[-1]["reward"] if history else None, **reward_trend(history)}
+                   "reward_last_step": history[-1]["reward"] if history else None, **reward_trend(history),
+                   **(extra_metrics(history) if extra_metrics else {})}
         write_json(metrics_path, metrics)
         mlflow.log_artifact(metrics_path)
         mlflow.log_artifacts(out_dir, artifact_path="policy")
         version = registry.register_version(p.registered_model, run.info.run_id, "policy",
                                             {**tags, "reward_first_step": metrics["reward_first_step"],
-                                             "reward_last_step": metrics["reward_last_step"]},
-                                            "LoRA speaker policy trained with GRPO")
-    Path(plots_path).parent.mkdir(parents=True, exist_ok=True)
-    series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean"],
-              str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
-    for path, keys in series.items():
+                                             "reward_last_step": metrics["reward_last_step"]}, description)
+    for path, keys in plot_series.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
             writer.writeheader()
@@ -148,6 +142,36 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
                                                     "run_id": version.run_id})
     registry.mark_complete(version.name, version.version)
+    return metrics, version
+
+
+def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
+         out_dir: str = "models/policy", metrics_path: str = "metrics/train_grpo.json",
+         plots_path: str = "plots/train_grpo/rewards.csv") -> None:
+    import os
+
+    from mascot import registry
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl
+    from mascot.policy.rewards import make_format_reward, make_reward_model_reward
+
+    p: GRPOParams = params.grpo
+    os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
+    registry.setup_tracking(params)
+    rm_name = params.train_rm.registered_model
+    rm_version, rm_uri, scorer = champion_scorer(rm_name, p.reward_alias, "train_grpo", "promote")
+    personas = load_personas(params.prepare.personas_file)
+    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
+    rows = grpo_prompts(queries, load_jsonl(pairs_path), personas, p)
+    tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
+            "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri,
+            "personas": ",".join(sorted({r["persona"] for r in rows})), "base_model": p.base_model}
+    series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean"],
+              str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
+    metrics, version = run_policy_stage(
+        params, "grpo", p, params.mlflow.policy_experiment, rows,
+        [make_reward_model_reward(scorer, personas), make_format_reward()], [p.reward_weight, p.format_weight], tags,
+        "LoRA speaker policy trained with GRPO", out_dir, metrics_path, series)
     print(f"train_grpo: {metrics['steps']} steps, reward {metrics['reward_first_step']} -> "
           f"{metrics['reward_last_step']}, reward model {rm_name} v{rm_version} ({rm_uri}); "
           f"registered {version.name} v{version.version}")
