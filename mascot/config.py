@@ -258,6 +258,7 @@ class Params(Block):
     # stage 2: the same paradigm one level up (a block of group turns instead of one reply)
     episodes: EpisodesParams = EpisodesParams()
     group_pairs: PairsParams = PairsParams()
+    promote_group: PromoteParams = PromoteParams()  # the same gate, its own thresholds
     train_group_rm: TrainRMParams = TrainRMParams(registered_model="mascot-group-rm")
     train_director: DirectorParams = DirectorParams()
     evaluate_group: EvaluateGroupParams = EvaluateGroupParams()

@@ -27,12 +27,13 @@ def measure(scorer: RewardScorer, pairs: list[dict], personas: dict) -> dict:
 
 
 def main(params, registered_path: str = "models/reward/registered.json", pairs_path: str = "data/pairs.jsonl",
-         metrics_path: str = "metrics/promote.json") -> None:
-    """The gate for either reward model: the registered.json it reads names the model and its granularity."""
+         metrics_path: str = "metrics/promote.json", block: str = "promote") -> None:
+    """The gate for either reward model: the registered.json it reads names the model and its granularity;
+    `block` names the params block with the thresholds (promote, promote_group)."""
     from mascot.data.personas import load_personas
 
     registry.setup_tracking(params)
-    p = params.promote
+    p = getattr(params, block)
     new = json.loads(Path(registered_path).read_text())
     name, version, granularity = new["name"], new["version"], new.get("granularity", "reply")
     state = registry.registration_state(name, version)
@@ -68,12 +69,13 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
               "roundtrip_max_abs_diff": drift, **{f"new_{k}": v for k, v in new_metrics.items()},
               **({f"champion_{k}": v for k, v in champion_metrics.items()} if champion_metrics else {})}
     write_json(metrics_path, result)
-    print(f"promote: {name} v{version} -> @{alias}: {reason}")
+    print(f"{block}: {name} v{version} -> @{alias}: {reason}")
 
 
 def main_group(params) -> None:
     """Stage 2: the group reward model through the same gate, on the block eval pairs."""
-    main(params, "models/group_reward/registered.json", "data/group/pairs.jsonl", "metrics/promote_group.json")
+    main(params, "models/group_reward/registered.json", "data/group/pairs.jsonl", "metrics/promote_group.json",
+         "promote_group")
 
 
 def promote_by_hand(params, version: str, alias: str, reason: str, name: str | None = None) -> None:
