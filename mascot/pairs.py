@@ -22,6 +22,8 @@ def split_of(query_ids: list[str], eval_fraction: float, seed: int) -> dict[str,
     split = {qid: "eval" if h(qid) < eval_fraction else "train" for qid in ids}
     if eval_fraction > 0 and len(ids) > 1 and "eval" not in split.values():
         split[min(ids, key=h)] = "eval"
+    if len(ids) > 1 and "train" not in split.values():  # a split with nothing to train on is no split
+        split[max(ids, key=h)] = "train"
     return split
 
 
@@ -81,8 +83,6 @@ def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[st
 
     by_id = {e["episode_id"]: e for e in episodes}
     groups = scored_groups(scores, "episode_id", ("prefix_id",))
-    split = split_of([by_id[g[0]["episode_id"]]["query_id"] for g in groups.values()], params.eval_fraction,
-                     params.split_seed)
     pairs = []
     for (prefix_id,), group in sorted(groups.items()):
         group.sort(key=lambda s: by_id[s["episode_id"]]["branch"])
@@ -91,14 +91,16 @@ def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[st
             query_id = chosen["query_id"]
             pairs.append({
                 "pair_id": f"{chosen['episode_id']}>{rejected['episode_id']}", "granularity": "block",
-                "query_id": query_id, "prefix_id": prefix_id, "split": split[query_id],
+                "query_id": query_id, "prefix_id": prefix_id, "split": None,
                 "prompt": queries[query_id]["context"],
                 "chosen": block_messages(chosen["turns"]), "rejected": block_messages(rejected["turns"]),
                 "score_chosen": hi["total_reward"], "score_rejected": lo["total_reward"],
                 "margin": round(hi["total_reward"] - lo["total_reward"], 4),
                 "chosen_id": chosen["episode_id"], "rejected_id": rejected["episode_id"],
             })
-    return pairs
+    # Split over the prefixes that formed pairs: few branches differ by the margin, so most prefixes have none
+    split = split_of([p["query_id"] for p in pairs], params.eval_fraction, params.split_seed)
+    return [{**p, "split": split[p["query_id"]]} for p in pairs]
 
 
 def block_text(turns: list[dict]) -> str:

@@ -227,3 +227,12 @@ def test_director_states_and_group_evaluation_figures(personas):
     assert m["speaker_usage"]["The Catalyst"] == 4 and m["same_speaker_twice_rate"] == 0.0
     all_queries = [{"query_id": q} for q in ("p1", "p2", "p3", "p4")]
     assert [q["query_id"] for q in held_out_queries(all_queries, episodes, None)] == ["p3", "p4"]
+
+
+def test_block_pairs_split_over_the_prefixes_that_formed_pairs():
+    from mascot.pairs import build_block_pairs, split_of
+
+    episodes, scores, queries = block_data()
+    pairs = build_block_pairs(episodes, scores, queries, PairsParams(score_margin=0.5, eval_fraction=0.9))
+    assert {p["split"] for p in pairs} == {"train", "eval"}  # never all eval, never all train
+    assert set(split_of(["a", "b"], 0.99, 0).values()) == {"train", "eval"}
