@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mascot.annotate.director import (GENERIC_ACTION, GENERIC_TONE, DirectiveError, clean_turn, director_prompt,
                                       directive_text, parse_directive, speaker_prompt_under, user_prompt)
@@ -22,6 +23,16 @@ from mascot.data.personas import Persona
 from mascot.llm.backend import Completion, SampleRequest
 from mascot.progress import bar
 from mascot.resume import Journal, fingerprint
+
+
+def _code_hash() -> str:
+    """The rollout's prompts and parser are code: a journaled branch made by other code is not reused."""
+    import mascot.annotate.director as director_module
+
+    return hashlib.sha256(Path(director_module.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()[:12]
+
+
+ROLLOUT_CODE = _code_hash()
 
 
 @dataclass
@@ -173,7 +184,7 @@ def generate_episodes(queries: list[dict], personas: dict[str, Persona], params,
     models = {"director": director.name, "speaker": speaker_backend.model_name}
     record_sampling = {"speaker": sampling.__dict__, "director": director.settings(),
                        "branches": params.branches, "agent_turns": params.agent_turns, "user_turns": params.user_turns}
-    jobs = [(q, fingerprint(models, record_sampling, q["query_id"], q["context"], sorted(personas)))
+    jobs = [(q, fingerprint(models, record_sampling, q["query_id"], q["context"], sorted(personas), ROLLOUT_CODE))
             for q in queries]
     done = {key: journal.get(key) for _, key in jobs if journal and journal.get(key)}
     if stats is not None:
