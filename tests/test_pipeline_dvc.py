@@ -109,16 +109,6 @@ open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champ
     assert "eval_length_baseline_accuracy" in tags and "reference_ref_gt_off_topic" in tags
 
 
-def test_changing_margin_reruns_only_pairs_and_validate(dvc_repo):
-    work, env = dvc_repo
-    sh("dvc repro", work, env)
-    params = (work / "params.yaml").read_text()
-    params = re.sub(r"score_margin: [0-9.]+", "score_margin: 0.01", params)
-    (work / "params.yaml").write_text(params)
-    out = sh("dvc repro validate", work, env)  # the data half; the model half then follows the new pairs
-    assert ran_stages(out) == {"pairs", "validate"}, out
-
-
 def test_stage_two_registry_lineage_and_evaluation(dvc_repo):
     import json
 
@@ -153,3 +143,14 @@ open(".mascot/check_group.json", "w").write(json.dumps({"champion": str(champion
     pairs = [json.loads(line) for line in (work / "data/group/pairs.jsonl").read_text().splitlines()]
     assert pairs and all(p["granularity"] == "block" and p["chosen_id"].split("|b")[0] == p["prefix_id"]
                          == p["rejected_id"].split("|b")[0] for p in pairs)
+
+
+def test_changing_margin_reruns_only_pairs_and_validate(dvc_repo):
+    work, env = dvc_repo
+    sh("dvc repro", work, env)
+    params = (work / "params.yaml").read_text()
+    params = re.sub(r"score_margin: [0-9.]+", "score_margin: 0.01", params)
+    (work / "params.yaml").write_text(params)
+    out = sh("dvc repro validate", work, env)  # the data half; the model half then follows the new pairs
+    assert ran_stages(out) == {"pairs", "validate"}, out
+
