@@ -58,3 +58,34 @@ class Journal:
         os.replace(tmp, self.path)
         self.records = {k: v for k, v in self.records.items() if k in keys}
         self._fh = self.path.open("a", encoding="utf-8")
+
+
+def run_journaled(keys: list[str], compute, journal: Journal | None, chunk_size: int, label: str,
+                  per_key: int = 1, stats: dict | None = None) -> dict[str, dict]:
+    """The resumable loop of generate, score and episodes: the records of `keys` (one per key), computed
+    `chunk_size` keys at a time by `compute(start, end)` (a list of records for keys[start:end]) and journaled
+    as each chunk finishes. Chunks are fixed over the whole key list, so a chunk redone after a crash gets the
+    same batches and seeds as in a clean run: a resumed run writes exactly what an uninterrupted one would.
+    `per_key` scales the progress bar (e.g. n samples per key). Returns key -> record."""
+    from mascot.progress import bar
+
+    done = {key: journal.get(key) for key in keys if journal and journal.get(key)}
+    if stats is not None:
+        stats.update(reused=len(done), total=len(keys))
+    progress = bar(len(keys) * per_key, label, initial=len(done) * per_key)
+    for start in range(0, len(keys), chunk_size):
+        end = min(start + chunk_size, len(keys))
+        if all(key in done for key in keys[start:end]):
+            continue
+        for key, record in zip(keys[start:end], compute(start, end), strict=True):
+            if key not in done:  # a key already journaled keeps its record (recomputed identically anyway)
+                done[key] = record
+                if journal:
+                    journal.add(key, record)
+        if journal:
+            journal.flush()
+        progress.update((end - start) * per_key)
+    progress.close()
+    if journal:
+        journal.retain(set(keys))
+    return done

@@ -107,11 +107,16 @@ def tiny_workspace(repo_root, tmp_path_factory):
     return work, env
 
 
-def run_generate(work, env, resume_dir, out):
-    cmd = [sys.executable, "-c", f"from mascot.annotate.generate import main; from mascot.config import load_params; "
+def run_stage(module, work, env, resume_dir, out):
+    """A journaled stage (`module`'s main) in its own process, writing to `out`: killable mid-way."""
+    cmd = [sys.executable, "-c", f"from {module} import main; from mascot.config import load_params; "
                                  f"main(load_params(), out='{out}')"]
     return subprocess.Popen(cmd, cwd=work, env={**env, "MASCOT_RESUME_DIR": str(resume_dir)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def run_generate(work, env, resume_dir, out):
+    return run_stage("mascot.annotate.generate", work, env, resume_dir, out)
 
 
 def journal_lines(path: Path) -> int:
@@ -151,10 +156,7 @@ def test_kill_9_mid_stage_then_resume_equals_clean_run(tiny_workspace):
 
 
 def run_episodes(work, env, resume_dir, out):
-    cmd = [sys.executable, "-c", f"from mascot.annotate.episodes import main; from mascot.config import load_params; "
-                                 f"main(load_params(), out='{out}')"]
-    return subprocess.Popen(cmd, cwd=work, env={**env, "MASCOT_RESUME_DIR": str(resume_dir)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return run_stage("mascot.annotate.episodes", work, env, resume_dir, out)
 
 
 def test_kill_9_during_episodes_then_resume_equals_clean_run(tiny_workspace):

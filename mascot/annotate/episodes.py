@@ -21,8 +21,7 @@ from mascot.annotate.director import (GENERIC_ACTION, GENERIC_TONE, DirectiveErr
 from mascot.annotate.generate import request_seed
 from mascot.data.personas import Persona
 from mascot.llm.backend import Completion, SampleRequest
-from mascot.progress import bar
-from mascot.resume import Journal, fingerprint
+from mascot.resume import Journal, fingerprint, run_journaled
 
 
 def _code_hash() -> str:
@@ -31,8 +30,6 @@ def _code_hash() -> str:
 
     return hashlib.sha256(Path(director_module.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()[:12]
 
-
-ROLLOUT_CODE = _code_hash()
 
 
 @dataclass
@@ -184,35 +181,22 @@ def generate_episodes(queries: list[dict], personas: dict[str, Persona], params,
     models = {"director": director.name, "speaker": speaker_backend.model_name}
     record_sampling = {"speaker": sampling.__dict__, "director": director.settings(),
                        "branches": params.branches, "agent_turns": params.agent_turns, "user_turns": params.user_turns}
-    jobs = [(q, fingerprint(models, record_sampling, q["query_id"], q["context"], sorted(personas), ROLLOUT_CODE))
+    jobs = [(q, fingerprint(models, record_sampling, q["query_id"], q["context"], sorted(personas), _code_hash()))
             for q in queries]
-    done = {key: journal.get(key) for _, key in jobs if journal and journal.get(key)}
-    if stats is not None:
-        stats.update(reused=len(done), total=len(jobs))
-    progress = bar(len(jobs) * params.branches, "episodes", initial=len(done) * params.branches)
-    for start in range(0, len(jobs), chunk_size):
-        chunk = [(q, key) for q, key in jobs[start: start + chunk_size]]
-        if all(key in done for _, key in chunk):
-            continue
-        prefixes = [Branch(q["query_id"], -1, q["context"]) for q, _ in chunk]
+
+    def compute(start: int, end: int) -> list[dict]:
+        chunk = [q for q, _ in jobs[start:end]]
+        prefixes = [Branch(q["query_id"], -1, q["context"]) for q in chunk]
         proposals = director.propose(prefixes, n=params.branches)
-        branches = [Branch(q["query_id"], k, q["context"]) for q, _ in chunk for k in range(params.branches)]
+        branches = [Branch(q["query_id"], k, q["context"]) for q in chunk for k in range(params.branches)]
         first = [raw for group in proposals for raw in group]
         roll_forward(branches, params.agent_turns, director, speaker_backend, personas, sampling,
                      params.user_turns, first)
-        for i, (q, key) in enumerate(chunk):
-            mine = branches[i * params.branches: (i + 1) * params.branches]
-            group = {"episodes": [episode_record(b, q.get("source"), models, record_sampling) for b in mine]}
-            if key not in done:
-                done[key] = group
-                if journal:
-                    journal.add(key, group)
-        if journal:
-            journal.flush()
-        progress.update(len(chunk) * params.branches)
-    progress.close()
-    if journal:
-        journal.retain({key for _, key in jobs})
+        return [{"episodes": [episode_record(b, q.get("source"), models, record_sampling)
+                              for b in branches[i * params.branches: (i + 1) * params.branches]]}
+                for i, q in enumerate(chunk)]
+
+    done = run_journaled([key for _, key in jobs], compute, journal, chunk_size, "episodes", params.branches, stats)
     return [e for _, key in jobs for e in done[key]["episodes"]]
 
 

@@ -6,8 +6,7 @@ import hashlib
 from mascot.config import GenerateParams
 from mascot.data.personas import Persona, resolve_persona
 from mascot.llm.backend import LLMBackend, Prompt, SampleRequest
-from mascot.resume import Journal, fingerprint
-from mascot.progress import bar
+from mascot.resume import Journal, fingerprint, run_journaled
 
 
 def speaker_prompt(persona: Persona, context: list[dict], style: str) -> tuple[Prompt, tuple[str, ...]]:
@@ -47,35 +46,20 @@ def generate_candidates(queries: list[dict], personas: dict[str, Persona], param
                               params.max_tokens, seed, params.num_agents_per_query)
             jobs.append((q, name, SampleRequest(prompt, params.num_agents_per_query, params.temperature,
                                                 params.top_p, params.max_tokens, stop, seed), key))
-    done = {key: journal.get(key) for *_, key in jobs if journal and journal.get(key)}
-    if stats is not None:
-        stats.update(reused=len(done), total=len(jobs))
-    progress = bar(len(jobs) * params.num_agents_per_query, "generate", initial=len(done) * params.num_agents_per_query)
-    # Chunks are fixed over the whole job list, so a chunk redone after a crash gets the same batches and
-    # seeds as in a clean run: a resumed run writes exactly what an uninterrupted one would.
-    for start in range(0, len(jobs), chunk_size):
-        chunk = jobs[start: start + chunk_size]
-        if all(key in done for *_, key in chunk):
-            continue
-        outputs = backend.sample([req for _, _, req, _ in chunk], progress=progress.update)
-        for (q, name, req, key), completions in zip(chunk, outputs):
-            group = {"candidates": [{
-                "candidate_id": candidate_id(q["query_id"], name, k), "query_id": q["query_id"], "persona": name,
-                "candidate_index": k, "model": backend.model_name,
-                "sampling": {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
-                             "seed": req.seed, "prompt_style": params.prompt_style, "stop": list(req.stop)},
-                "text": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
-                "finish_reason": c.finish_reason, "thinking_removed": c.thinking_removed}
-                for k, c in enumerate(completions)]}
-            if key not in done:  # a key already journaled keeps its record (recomputed identically anyway)
-                done[key] = group
-                if journal:
-                    journal.add(key, group)
-        if journal:
-            journal.flush()
-    progress.close()
-    if journal:
-        journal.retain({key for *_, key in jobs})
+    def compute(start: int, end: int) -> list[dict]:
+        chunk = jobs[start:end]
+        outputs = backend.sample([req for _, _, req, _ in chunk])
+        return [{"candidates": [{
+            "candidate_id": candidate_id(q["query_id"], name, k), "query_id": q["query_id"], "persona": name,
+            "candidate_index": k, "model": backend.model_name,
+            "sampling": {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
+                         "seed": req.seed, "prompt_style": params.prompt_style, "stop": list(req.stop)},
+            "text": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+            "finish_reason": c.finish_reason, "thinking_removed": c.thinking_removed}
+            for k, c in enumerate(completions)]} for (q, name, req, _), completions in zip(chunk, outputs)]
+
+    done = run_journaled([key for *_, key in jobs], compute, journal, chunk_size, "generate",
+                         params.num_agents_per_query, stats)
     return [c for *_, key in jobs for c in done[key]["candidates"]]
 
 

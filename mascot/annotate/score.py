@@ -11,9 +11,9 @@ from mascot.annotate.rubric import (MIN_REASON_CHARS, PERSONA, SCORE_CHOICES, Ju
                                     expected_score, reply_item)
 from mascot.config import ScoreParams
 from mascot.data.personas import Persona, resolve_persona
+from mascot.granularity import BLOCK, REPLY, Granularity
 from mascot.llm.backend import LLMBackend
-from mascot.progress import bar
-from mascot.resume import Journal, fingerprint
+from mascot.resume import Journal, fingerprint, run_journaled
 
 
 def _record(unit: dict, judge: str, mode: str, **fields) -> dict:
@@ -106,33 +106,19 @@ def score_units(units: list[dict], rubric: Rubric, params: ScoreParams, backend:
         key = fingerprint(unit["id"], backend.model_name, params.mode, prompts, params.max_tokens,
                           params.max_parse_retries, params.min_choice_mass, unit.get("skip"))
         jobs.append((unit, prompts, key))
-    done = {key: journal.get(key) for _, _, key in jobs if journal and journal.get(key)}
-    if stats is not None:
-        stats.update(reused=len(done), total=len(jobs))
-    progress = bar(len(jobs), f"score {rubric.name} ({params.mode})", initial=len(done))
     score_chunk = _score_expected if params.mode == "expected" else _score_json
-    # Fixed chunks over all jobs (as in generate): a chunk redone after a crash is batched as in a clean run.
-    for start in range(0, len(jobs), chunk_size):
-        chunk = jobs[start: start + chunk_size]
-        if all(key in done for _, _, key in chunk):
-            continue
+
+    def compute(start: int, end: int) -> list[dict]:
+        chunk = jobs[start:end]
         todo = [(unit, prompts, key) for unit, prompts, key in chunk if prompts is not None]
         records = dict(zip([key for _, _, key in todo],
                            score_chunk([u for u, _, _ in todo], [p for _, p, _ in todo], rubric, params, backend)
                            if todo else []))
-        for unit, _, key in chunk:
-            record = {**(records.get(key) or _unscored(unit, backend.model_name, params.mode, unit.get("skip"))),
-                      "judge_prompt_style": style}
-            if key not in done:
-                done[key] = record
-                if journal:
-                    journal.add(key, record)
-        if journal:
-            journal.flush()
-        progress.update(len(chunk))
-    progress.close()
-    if journal:
-        journal.retain({key for *_, key in jobs})
+        return [{**(records.get(key) or _unscored(unit, backend.model_name, params.mode, unit.get("skip"))),
+                 "judge_prompt_style": style} for unit, _, key in chunk]
+
+    done = run_journaled([key for *_, key in jobs], compute, journal, chunk_size,
+                         f"score {rubric.name} ({params.mode})", 1, stats)
     return [done[key] for _, _, key in jobs]
 
 
@@ -230,21 +216,22 @@ def episode_units(episodes: list[dict], queries: dict[str, dict], personas: dict
     return units
 
 
-def _run(params, units: list[dict], rubric: Rubric, group_fields: tuple[str, ...], journal_name: str, out: str,
-         metrics: str, queries: dict[str, dict]) -> dict:
+def _run(params, units: list[dict], granularity: Granularity, journal_name: str, out: str, metrics: str,
+         queries: dict[str, dict]) -> dict:
     from mascot.io import write_json, write_jsonl
     from mascot.llm.backend import make_backend
 
     backend = make_backend(params.llm.judge, "llm.judge")
     journal, stats = Journal(journal_name), {}
     style = resolve_prompt_style(params.score)
+    rubric = granularity.rubric
     try:
         scores = score_units(units, rubric, params.score, backend, journal, stats=stats, prompt_style=style)
     finally:
         journal.close()
         backend.close()
     write_jsonl(out, scores)
-    m = {**score_metrics(scores, rubric, group_fields), "rubric": rubric.name, "prompt_style": style,
+    m = {**score_metrics(scores, rubric, granularity.group_fields), "rubric": rubric.name, "prompt_style": style,
          "resumed": stats["reused"], "mean_total_reward_by_source": mean_total_by_source(scores, queries)}
     write_json(metrics, m)
     print(f"{journal_name}: {m['scored']} scored, {m['unscored']} unscored on the {rubric.name} rubric -> {out}")
@@ -258,7 +245,7 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     units = candidate_units(load_jsonl(candidates_path), queries, load_personas(params.prepare.personas_file))
-    _run(params, units, PERSONA, ("query_id", "persona"), "score", out, metrics, queries)
+    _run(params, units, REPLY, "score", out, metrics, queries)
 
 
 def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
@@ -267,14 +254,13 @@ def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: 
     from pathlib import Path
 
     from mascot.annotate.director import example_episodes
-    from mascot.annotate.rubric import COLLECTIVE
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     episodes = load_jsonl(episodes_path)
     units = episode_units(episodes, queries, load_personas(params.prepare.personas_file))
-    _run(params, units, COLLECTIVE, ("prefix_id",), "score_group", out, metrics, queries)
+    _run(params, units, BLOCK, "score_group", out, metrics, queries)
     Path(examples).parent.mkdir(parents=True, exist_ok=True)
     Path(examples).write_text("# Example episodes (collective rubric)\n\n"
                               + example_episodes(episodes, load_jsonl(out), queries), encoding="utf-8")

@@ -51,9 +51,9 @@ def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores
 
     scored = [s for s in group_scores if s["status"] == "scored"]
     turns = [s for s in turn_scores if s["status"] == "scored"]
-    agent = [t for e in records for t in e["turns"] if t["role"] == "agent"]
-    repeats = [a["speaker"] == b["speaker"] for e in records
-               for a, b in zip([t for t in e["turns"] if t["role"] == "agent"], [t for t in e["turns"] if t["role"] == "agent"][1:])]
+    agent_by_conversation = [[t for t in e["turns"] if t["role"] == "agent"] for e in records]
+    agent = [t for turns in agent_by_conversation for t in turns]
+    repeats = [a["speaker"] == b["speaker"] for turns in agent_by_conversation for a, b in zip(turns, turns[1:])]
     return {"conversations": len(records), "valid_conversations": sum(e["valid"] for e in records),
             "collective_scored": len(scored),
             **{f"collective_{d}": mean(s["scores"][d] for s in scored) for d in COLLECTIVE.dimensions},
@@ -62,8 +62,8 @@ def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores
             **{f"per_reply_{d}": mean(s["scores"][d] for s in turns) for d in PERSONA.dimensions},
             "group_rm_score": mean(rm_scores.values()),
             "speaker_usage": dict(Counter(t["speaker"] for t in agent)),
-            "distinct_speakers_per_conversation": mean(len({t["speaker"] for t in e["turns"] if t["role"] == "agent"})
-                                                       for e in records if e["valid"]),
+            "distinct_speakers_per_conversation": mean(len({t["speaker"] for t in turns})
+                                                       for e, turns in zip(records, agent_by_conversation) if e["valid"]),
             "same_speaker_twice_rate": mean([float(r) for r in repeats]),
             "mean_turn_words": mean(len(t["text"].split()) for t in agent)}
 

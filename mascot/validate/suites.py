@@ -17,10 +17,10 @@ TOL = 1e-3  # scores are stored rounded to 4 decimals
 
 
 def unit_text(unit: dict) -> str:
-    """A candidate's reply, or an episode's turns."""
-    if "turns" in unit:
-        return "\n".join(t["text"] for t in unit["turns"])
-    return unit["text"]
+    """A candidate's reply, or an episode's turns rendered as the pairing rule compares them (speakers too)."""
+    from mascot.pairs import block_text
+
+    return block_text(unit["turns"]) if "turns" in unit else unit["text"]
 
 
 def units_frame(units: list[dict], g: Granularity = REPLY) -> pd.DataFrame:
