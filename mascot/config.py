@@ -53,7 +53,9 @@ class PrepareParams(Block):
 class LLMEndpoint(Block):
     backend: Literal["local", "openai"] = "local"
     model: str = "models/base"  # a local folder (local) or the served model name (openai)
-    base_url: str | None = None  # openai: e.g. http://127.0.0.1:8000/v1
+    # openai: e.g. http://127.0.0.1:8000/v1, or a list of replicas of one model (requests go to the one with
+    # the fewest in flight; one that dies is dropped and its requests go to the others)
+    base_url: str | list[str] | None = None
     api_key_env: str = "OPENAI_API_KEY"
     max_concurrency: int = Field(128, ge=1)  # requests in flight; vLLM batches them (see benchmarks/)
     timeout_s: float = Field(120.0, gt=0)
@@ -72,7 +74,14 @@ class LLMEndpoint(Block):
     def _url_needed(self):
         if self.backend == "openai" and not self.base_url:
             raise ValueError("backend 'openai' needs base_url (the server's /v1 address)")
+        if isinstance(self.base_url, list) and (not self.base_url or len(set(self.base_url)) != len(self.base_url)):
+            raise ValueError(f"base_url: a list of replicas must be non-empty and without repeats, got {self.base_url}")
         return self
+
+    @property
+    def base_urls(self) -> list[str]:
+        urls = self.base_url if isinstance(self.base_url, list) else [self.base_url] if self.base_url else []
+        return [u.rstrip("/") for u in urls]
 
 
 class LLMParams(Block):
@@ -180,6 +189,10 @@ class TrainRMParams(Block):
     save_total_limit: int = Field(3, ge=1)
     use_margin: bool = False  # TRL's margin loss: -logsigmoid(r_c - r_r - margin)
     seed: int = 0
+    # training processes: N > 1 runs the stage under `accelerate launch --multi_gpu --num_processes N` (DDP: nccl
+    # on GPUs, gloo on a CPU); `accelerate_config` names a launcher file (profiles/accelerate/) instead
+    num_processes: int = Field(1, ge=1)
+    accelerate_config: str | None = None
 
 
 class PromoteParams(Block):
@@ -207,6 +220,10 @@ class GRPOParams(Block):
     format_weight: float = 0.5
     max_prompts: int | None = Field(None, ge=1)
     seed: int = 0
+    # training processes: N > 1 runs the stage under `accelerate launch --multi_gpu --num_processes N` (DDP: nccl
+    # on GPUs, gloo on a CPU); `accelerate_config` names a launcher file (profiles/accelerate/) instead
+    num_processes: int = Field(1, ge=1)
+    accelerate_config: str | None = None
 
 
 class DirectorParams(GRPOParams):

@@ -28,10 +28,23 @@ def setup_tracking(params) -> str:
     return uri
 
 
+def is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://", "databricks"))
+
+
 def experiment_id(name: str, artifact_root: str) -> str:
+    """The experiment's id, created if missing. With a local store its artifacts go under `artifact_root`; against
+    a tracking server they go to the server's own root (with `--serve-artifacts`, its object store): a local
+    `file://` location would make each client write artifacts to its own disk, where no colleague can read them."""
     exp = mlflow.get_experiment_by_name(name)
     if exp is not None:
+        if is_server(mlflow.get_tracking_uri()) and exp.artifact_location.startswith("file:"):
+            raise RuntimeError(f"experiment '{name}' on {mlflow.get_tracking_uri()} keeps its artifacts at "
+                               f"{exp.artifact_location}, on one client's disk; rename or delete it on the server "
+                               "so that it is recreated under the server's artifact root")
         return exp.experiment_id
+    if is_server(mlflow.get_tracking_uri()):
+        return mlflow.create_experiment(name)
     location = Path(artifact_root).resolve() / name
     return mlflow.create_experiment(name, artifact_location=location.as_uri())
 

@@ -1,5 +1,8 @@
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +61,31 @@ def demo_queries(personas):
 
     dialogues = load_jsonl_dialogues(REPO / "data/demo/dialogues.jsonl", BadRows())
     return build_queries(dialogues, list(personas), 64, lambda t: len(t.split()), max_queries=3)
+
+
+def sh(cmd, cwd, env, check=True):
+    proc = subprocess.run(cmd, cwd=cwd, env=env, shell=True, capture_output=True, text=True, timeout=1800)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc.stdout + proc.stderr
+
+
+def ran_stages(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+@pytest.fixture(scope="session")
+def dvc_repo(repo_root, tmp_path_factory):
+    """A copy of the project (the files git would commit) as a fresh git + DVC repo on the tiny profile."""
+    work = tmp_path_factory.mktemp("pipeline") / "repo"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo_root, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for rel in files:
+        if (repo_root / rel).is_file():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo_root / rel, work / rel)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+           "HF_HUB_OFFLINE": "1", "MASCOT_RESUME_DIR": str(work / ".mascot/resume")}
+    sh("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init", work, env)
+    sh("mascot profile tiny", work, env)
+    return work, env

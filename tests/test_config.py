@@ -57,3 +57,23 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("prepare: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_params(bad)
+
+
+def test_training_stages_relaunch_under_accelerate_only_when_asked(monkeypatch):
+    from types import SimpleNamespace
+
+    from mascot.config import TrainRMParams
+    from mascot.launch import launch_command, relaunch
+
+    for var in ("LOCAL_RANK", "WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    assert relaunch("train_rm", SimpleNamespace(train_rm=TrainRMParams()), ["train_rm"]) is None  # runs here
+    cmd = launch_command(["train_rm"], 2, None)
+    # --multi_gpu even on a CPU: `--cpu --num_processes 2` silently runs one process
+    assert cmd[cmd.index("--num_processes") + 1] == "2" and "--multi_gpu" in cmd and "--cpu" not in cmd
+    assert cmd[-1] == "train_rm"
+    cmd = launch_command(["train_grpo"], 8, "profiles/accelerate/ddp_1node_8gpu.yaml")
+    assert cmd[cmd.index("--config_file") + 1].endswith("ddp_1node_8gpu.yaml") and "--multi_gpu" not in cmd
+    monkeypatch.setenv("LOCAL_RANK", "0")  # already a rank: never launch again
+    params = SimpleNamespace(train_rm=TrainRMParams(num_processes=2))
+    assert relaunch("train_rm", params, ["train_rm"]) is None

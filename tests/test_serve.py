@@ -35,3 +35,16 @@ def test_serve_reports_a_server_that_dies_while_serving(tmp_path):
     assert "mascot serve: ready" in proc.stdout
     assert proc.returncode == 7, proc.stderr
     assert "while serving" in proc.stderr and "engine core died: worker killed" in proc.stderr
+
+
+def test_data_parallel_size_reaches_vllm_and_splits_the_gpus():
+    import pytest
+
+    from mascot.llm.serve import ServeConfig, build_command
+
+    cmd, _ = build_command(ServeConfig(model="m", data_parallel_size=4), gpus=8)
+    assert cmd[cmd.index("--data-parallel-size") + 1] == "4" and cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
+    cmd, _ = build_command(ServeConfig(model="m"), gpus=8)
+    assert "--data-parallel-size" not in cmd and cmd[cmd.index("--tensor-parallel-size") + 1] == "8"
+    with pytest.raises(ValueError, match="needs 16 GPUs; 8 are visible"):
+        build_command(ServeConfig(model="m", data_parallel_size=2, tensor_parallel_size=8), gpus=8)

@@ -65,6 +65,20 @@ def test_generate_through_vllm_n_per_request(vllm, demo_queries, personas):
         assert all(c["finish_reason"] in ("stop", "length") for c in cands)
 
 
+def test_replica_list_with_real_vllm_and_a_dead_replica(vllm, demo_queries, personas, capsys):
+    """The list form end to end: one real vLLM server and one replica that refuses connections (a port where
+    nothing listens). Every request ends on the real server; the dead one is dropped, the stage goes on."""
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    backend = OpenAIBackend(LLMEndpoint(backend="openai", model="tiny", base_url=[dead, vllm.base_url],
+                                        max_concurrency=4, send_seed=False))
+    cands = generate_candidates(demo_queries, personas, GenerateParams(num_agents_per_query=2, max_tokens=6), backend)
+    ids = [c["candidate_id"] for c in cands]
+    assert len(ids) == 2 * len(demo_queries) == len(set(ids))
+    assert list(backend.replicas.lost) == [dead] and backend.replicas.sent[vllm.base_url] >= len(demo_queries)
+    backend.close()
+    assert "requests per replica" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("style", ["plain", "chat"])
 @pytest.mark.parametrize("mode", ["expected", "json"])
 def test_score_through_vllm(vllm, demo_queries, personas, mode, style):

@@ -21,10 +21,37 @@ class ServerError(RuntimeError):
     pass
 
 
+class Replicas:
+    """The servers of one endpoint: each request goes to the live replica with the fewest requests in flight;
+    a replica that refuses connections is dropped and its requests go to the others. The last one left is
+    never dropped: it gets the ordinary retries with backoff, then the stage fails."""
+
+    def __init__(self, urls: list[str]):
+        self.urls = list(urls)
+        self.in_flight = {u: 0 for u in urls}
+        self.sent = {u: 0 for u in urls}
+        self.lost: dict[str, str] = {}  # url -> why it was dropped
+
+    def pick(self) -> str:
+        live = [u for u in self.urls if u not in self.lost]
+        if not live:
+            raise ServerError(f"no replica left of {self.urls}: {self.lost}")
+        # fewest in flight; ties go to the one sent fewer so far, so that an idle start still spreads
+        return min(live, key=lambda u: (self.in_flight[u], self.sent[u]))
+
+    def drop(self, url: str, why: str) -> bool:
+        """Drop a replica that refused a connection; False (kept) when it is the last one."""
+        if len(self.urls) - len(self.lost) <= 1:
+            return False
+        self.lost[url] = why
+        return True
+
+
 class OpenAIBackend:
     def __init__(self, endpoint):
         self.model_name = endpoint.model
-        self.base_url = endpoint.base_url
+        self.replicas = Replicas(endpoint.base_urls)
+        self.base_url = ", ".join(endpoint.base_urls)  # for messages
         self.api_key = os.environ.get(endpoint.api_key_env, "EMPTY")
         self.max_concurrency = endpoint.max_concurrency
         self.timeout_s = endpoint.timeout_s
@@ -36,7 +63,10 @@ class OpenAIBackend:
         self.on_request = None  # optional callable(body: dict): sees every request body (tests, debugging)
 
     def close(self) -> None:
-        pass
+        if len(self.replicas.urls) > 1:
+            lost = "; ".join(f"{u} ({why})" for u, why in self.replicas.lost.items()) or "none"
+            print(f"llm {self.model_name}: requests per replica {self.replicas.sent}; replicas lost: {lost}",
+                  flush=True)
 
     @property
     def send_seed(self) -> bool:
@@ -46,16 +76,17 @@ class OpenAIBackend:
         if self._send_seed == "auto":
             from mascot.llm.serve import server_device
 
-            device = server_device(self.base_url) or ("cpu" if "cpu" in (self.server_version() or "") else None)
+            url = self.replicas.urls[0]
+            device = server_device(url) or ("cpu" if "cpu" in (self.server_version() or "") else None)
             self._send_seed = device != "cpu"
         return bool(self._send_seed)
 
-    def server_version(self) -> str | None:
+    def server_version(self, url: str | None = None) -> str | None:
         """The server's self-reported version (vLLM's /version), or None where it has none."""
         import json
         import urllib.request
 
-        root = self.base_url.rstrip("/").removesuffix("/v1")
+        root = (url or self.replicas.urls[0]).rstrip("/").removesuffix("/v1")
         try:
             with urllib.request.urlopen(f"{root}/version", timeout=min(self.timeout_s, 10)) as resp:
                 return str(json.loads(resp.read()).get("version"))
@@ -83,35 +114,49 @@ class OpenAIBackend:
 
     def _run(self, coros_factory, progress):
         async def main():
-            client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s,
-                                        max_retries=0,  # retries are ours: bounded, with jitter, counted
-                                        http_client=self._http_client())
+            clients = {u: openai.AsyncOpenAI(base_url=u, api_key=self.api_key, timeout=self.timeout_s,
+                                             max_retries=0,  # retries are ours: bounded, with jitter, counted
+                                             http_client=self._http_client())
+                       for u in self.replicas.urls}
             sem = asyncio.Semaphore(self.max_concurrency)
             try:
                 async def guarded(coro_fn):
                     async with sem:
-                        result = await self._with_retries(coro_fn, client)
+                        result = await self._with_retries(coro_fn, clients)
                     if progress:
                         progress(1)
                     return result
                 return await asyncio.gather(*(guarded(fn) for fn in coros_factory()))
             finally:
-                await client.close()
+                for client in clients.values():
+                    await client.close()
         return asyncio.run(main())
 
-    async def _with_retries(self, coro_fn, client):
-        for attempt in range(self.max_retries + 1):
+    async def _with_retries(self, coro_fn, clients):
+        attempt = 0
+        while True:
+            url = self.replicas.pick()
+            self.replicas.in_flight[url] += 1
+            self.replicas.sent[url] += 1
+            self.stats.requests += 1
             try:
-                self.stats.requests += 1
-                return await coro_fn(client)
+                return await coro_fn(clients[url])
             except RETRYABLE as exc:
+                refused = isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
+                if refused and self.replicas.drop(url, f"{type(exc).__name__}: {exc}"):
+                    print(f"llm: replica {url} refused a connection ({exc}); its requests go to the others",
+                          flush=True)
+                    continue  # not an attempt: the request never reached a server
                 if attempt == self.max_retries:
-                    raise ServerError(f"{self.base_url}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
+                    raise ServerError(f"{url}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
+                attempt += 1
                 self.stats.retries += 1
                 # exponential backoff with jitter, so that many clients do not retry in lockstep
-                await asyncio.sleep(min(30.0, self.backoff_s * 2 ** attempt) * (0.5 + random.random()))
+                await asyncio.sleep(min(30.0, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random()))
             except (openai.APIError, ValueError) as exc:  # 4xx, or a body that is not what the API promises
-                raise ServerError(f"{self.base_url}: {type(exc).__name__} (not retried): {exc}") from exc
+                raise ServerError(f"{url}: {type(exc).__name__} (not retried): {exc}") from exc
+            finally:
+                self.replicas.in_flight[url] -= 1
 
     def sample(self, requests: list[SampleRequest], progress=None) -> list[list[Completion]]:
         def factory():

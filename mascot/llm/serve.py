@@ -70,7 +70,8 @@ class ServeConfig:
     served_model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
-    tensor_parallel_size: int | None = None  # None: the number of visible GPUs
+    tensor_parallel_size: int | None = None  # None: the visible GPUs divided by data_parallel_size
+    data_parallel_size: int = 1  # engines behind one endpoint (vLLM balances between them)
     gpu_memory_utilization: float = 0.9
     max_model_len: int = 4096
     max_logprobs: int = 20
@@ -90,8 +91,13 @@ def build_command(cfg: ServeConfig, gpus: int) -> tuple[list[str], dict[str, str
            json.dumps({"backend": cfg.structured_outputs_backend, "disable_any_whitespace": True})]
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1"}
+    if cfg.data_parallel_size > 1:
+        cmd += ["--data-parallel-size", str(cfg.data_parallel_size)]
     if gpus > 0:
-        tp = cfg.tensor_parallel_size or gpus
+        tp = cfg.tensor_parallel_size or max(1, gpus // cfg.data_parallel_size)
+        if tp * cfg.data_parallel_size > gpus:
+            raise ValueError(f"tensor_parallel_size {tp} x data_parallel_size {cfg.data_parallel_size} needs "
+                             f"{tp * cfg.data_parallel_size} GPUs; {gpus} are visible")
         cmd += ["--tensor-parallel-size", str(tp), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
     else:
         # vllm serve is broken in the CPU wheel; the api_server module works. fp32 is the fast CPU dtype.
@@ -206,7 +212,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--served-model-name")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--tensor-parallel-size", type=int)
+    p.add_argument("--tensor-parallel-size", type=int, help="GPUs per engine (default: visible GPUs / DP size)")
+    p.add_argument("--data-parallel-size", "-dp", type=int, default=1,
+                   help="engines behind this one endpoint, each with --tensor-parallel-size GPUs")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--max-logprobs", type=int, default=20)
@@ -216,7 +224,7 @@ def main(argv: list[str]) -> int:
                    help="the server's output goes here (default: .mascot/serve/vllm-PORT.log)")
     args = p.parse_args(argv)
     cfg = ServeConfig(model=args.model, served_model_name=args.served_model_name, host=args.host, port=args.port,
-                      tensor_parallel_size=args.tensor_parallel_size,
+                      tensor_parallel_size=args.tensor_parallel_size, data_parallel_size=args.data_parallel_size,
                       gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
                       max_logprobs=args.max_logprobs, structured_outputs_backend=args.structured_outputs_backend,
                       python=args.python, log_path=args.log or f".mascot/serve/vllm-{args.port}.log")

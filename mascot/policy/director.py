@@ -121,6 +121,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
             format_figures)
     finally:
         speaker.close()
+    if version is None:  # a DDP rank other than the main one
+        return
     print(f"train_director: {metrics['steps']} steps on {len(rows)} Director states, reward "
           f"{metrics['reward_first_step']} -> {metrics['reward_last_step']}, directive format "
           f"{metrics['directive_format_first_step']} -> {metrics['directive_format_last_step']}; group reward model "

@@ -45,27 +45,45 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
     torch.manual_seed(params.seed)
     model = AutoModelForCausalLM.from_pretrained(params.base_model, dtype=torch.float32)
     on_gpu = torch.cuda.is_available()
+    from mascot.launch import world_size
+
+    # prompts_per_step x num_generations completions a step in all, split over the ranks: N processes train
+    # the same steps as one, faster
+    per_step = params.prompts_per_step * params.num_generations
+    if per_step % world_size():
+        raise ValueError(f"prompts_per_step x num_generations = {per_step} completions a step do not split over "
+                         f"{world_size()} processes; make it a multiple of num_processes")
     config = GRPOConfig(
-        output_dir=str(checkpoint_dir), per_device_train_batch_size=params.prompts_per_step * params.num_generations,
+        output_dir=str(checkpoint_dir), per_device_train_batch_size=per_step // world_size(),
         num_generations=params.num_generations, max_completion_length=params.max_completion_length,
         max_steps=params.max_steps, beta=params.beta, learning_rate=params.learning_rate,
         temperature=params.temperature, reward_weights=list(reward_weights),
         logging_steps=1, save_strategy="no", seed=params.seed, use_cpu=not on_gpu,
         bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
-        dataloader_num_workers=0, disable_dropout=True)
+        dataloader_num_workers=0, disable_dropout=True, ddp_find_unused_parameters=False)
     lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
                           reward_funcs=reward_funcs,
                           train_dataset=Dataset.from_list(rows), peft_config=lora)
-    trainer.train()
+    result = trainer.train()
+    from mascot.launch import rank_tag
+
+    if result.global_step == 0:
+        raise RuntimeError(f"GRPO ran 0 steps on {len(rows)} prompts: fewer prompts than one step takes "
+                           f"(prompts_per_step {params.prompts_per_step}); add prompts or lower prompts_per_step")
+    history = [h for h in trainer.state.log_history if "reward" in h]
+    print(f"{(meta or {}).get('stage', 'grpo')}{rank_tag()}: {result.global_step} steps, {len(rows)} prompts, "
+          f"last reward {history[-1]['reward'] if history else None}", flush=True)
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.accelerator.is_main_process:  # under DDP only the main rank saves; see mascot/launch.py
+        return None
     shutil.rmtree(out_dir, ignore_errors=True)
     trainer.model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     (out_dir / "mascot_policy.json").write_text(json.dumps({"base_model": params.base_model,
                                                             "prompt_style": params.prompt_style, **(meta or {})},
                                                            indent=2))
-    history = [h for h in trainer.state.log_history if "reward" in h]
     return {"history": history}
 
 
@@ -111,6 +129,12 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
     from mascot import registry
     from mascot.io import write_json
 
+    from mascot.launch import is_main_process, world_size
+
+    if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
+        train_policy(rows, reward_funcs, weights, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"),
+                     meta={"stage": stage})
+        return None, None
     registry.abandon_incomplete(p.registered_model)
     exp = registry.experiment_id(experiment, params.mlflow.artifact_root)
     run_name = (f"{stage}-{Path(p.base_model).name}-rm-v{tags['reward_model_version']}-lr{p.learning_rate:g}-"
@@ -119,7 +143,7 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
         mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k != "lora"}
                           | {f"{stage}.lora.{k}": v for k, v in p.lora.model_dump().items()}
                           | {"reward_model": tags["reward_model"], "reward_model_version": tags["reward_model_version"],
-                             "prompts": len(rows)})
+                             "prompts": len(rows), "world_size": world_size()})
         result = train_policy(rows, reward_funcs, weights, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"),
                               meta={"stage": stage})
         history = result["history"]
@@ -172,6 +196,8 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
         params, "grpo", p, params.mlflow.policy_experiment, rows,
         [make_reward_model_reward(scorer, personas), make_format_reward()], [p.reward_weight, p.format_weight], tags,
         "LoRA speaker policy trained with GRPO", out_dir, metrics_path, series)
+    if version is None:  # a DDP rank other than the main one
+        return
     print(f"train_grpo: {metrics['steps']} steps, reward {metrics['reward_first_step']} -> "
           f"{metrics['reward_last_step']}, reward model {rm_name} v{rm_version} ({rm_uri}); "
           f"registered {version.name} v{version.version}")

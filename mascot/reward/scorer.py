@@ -23,7 +23,14 @@ class RewardScorer:
         adapter_dir = Path(adapter_dir)
         meta = json.loads((adapter_dir / META_FILE).read_text())
         tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
-        base = load_base_classifier(base_model or meta["base_model"], tokenizer)
+        base_path = base_model or meta["base_model"]
+        if not (Path(base_path) / "config.json").exists():
+            from mascot.io import InputError
+
+            # the registry holds only the adapter; its base is a DVC output of this project
+            raise InputError(f"{adapter_dir}: the adapter's base model '{base_path}' is not here; fetch it with "
+                             f"`dvc pull` (e.g. `dvc pull small_model`) or build it with `dvc repro`")
+        base = load_base_classifier(base_path, tokenizer)
         model = PeftModel.from_pretrained(base, adapter_dir)
         model.eval()
         return cls(model, tokenizer, meta["max_length"], batch_size)

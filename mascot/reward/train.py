@@ -65,9 +65,10 @@ def check_score_head(adapter_dir: Path) -> list[str]:
 
 def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams, out_dir: Path,
                        checkpoint_dir: Path, reference_items: list[dict] | None = None,
-                       granularity: str = "reply") -> dict:
+                       granularity: str = "reply") -> dict | None:
     """Train on the train split, evaluate on the eval split (and on judge_check's reference set, if given),
-    save the adapter to `out_dir`."""
+    save the adapter to `out_dir`. Under DDP every rank trains and only the main one saves and measures: the
+    others return None."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
@@ -103,11 +104,21 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
         save_total_limit=params.save_total_limit, logging_steps=1, seed=params.seed,
         bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,
         disable_dropout=False,  # keep the configured lora_dropout (TRL's default zeroes it)
-        report_to=["mlflow"], dataloader_num_workers=0, remove_unused_columns=True)
+        report_to=["mlflow"], dataloader_num_workers=0, remove_unused_columns=True,
+        ddp_find_unused_parameters=False)  # LoRA uses every trainable weight: no extra autograd pass under DDP
     trainer = RewardTrainer(model=model, args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list(train_rows),
                             eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora)
     result = trainer.train()
+    from mascot.launch import rank_tag
+
+    # every rank says what it trained on (its shard of the pairs); then only the main one goes on
+    print(f"{'train_group_rm' if granularity == 'block' else 'train_rm'}{rank_tag()}: {result.global_step} steps on "
+          f"{len(trainer.get_train_dataloader())} batches of {params.batch_size} pairs, "
+          f"train loss {result.training_loss:.4f}", flush=True)
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.accelerator.is_main_process:
+        return None
     shutil.rmtree(out_dir, ignore_errors=True)
     trainer.model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -140,14 +151,15 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     from mascot import registry
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.launch import is_main_process, world_size
     from mascot.reward.evaluation import plot_distributions
 
     block = granularity == "block"
     stage, p = ("train_group_rm", params.train_group_rm) if block else ("train_rm", params.train_rm)
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")  # our own artifacts: the adapter, once
     registry.setup_tracking(params)
-    exp = registry.experiment_id(params.mlflow.group_reward_experiment if block else params.mlflow.reward_experiment,
-                                 params.mlflow.artifact_root)
+    exp = (registry.experiment_id(params.mlflow.group_reward_experiment if block else params.mlflow.reward_experiment,
+                                  params.mlflow.artifact_root) if is_main_process() else None)
     pairs, personas = load_jsonl(pairs_path), load_personas(params.prepare.personas_file)
     lineage = {**registry.lineage_tags(pairs_path, p.base_model, template_hash(granularity)),
                "granularity": granularity}
@@ -155,6 +167,9 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                 f"{lineage['git_commit'][:7]}")
     out, plots = Path(out_dir), Path(plots_dir)
     plots.mkdir(parents=True, exist_ok=True)
+    if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
+        train_reward_model(pairs, personas, p, out, Path(f".mascot/checkpoints/{stage}"), None, granularity)
+        return
     abandoned = registry.abandon_incomplete(p.registered_model)
     if abandoned:
         print(f"{stage}: versions {', '.join(abandoned)} of {p.registered_model} were left half-registered by an "
@@ -163,7 +178,8 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
         margin = (params.group_pairs if block else params.pairs).score_margin
         mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k != "lora"}
                           | {f"{stage}.lora.{k}": v for k, v in p.lora.model_dump().items()}
-                          | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity})
+                          | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity,
+                             "world_size": world_size()})
         reference = load_jsonl(reference_path) if reference_path and Path(reference_path).exists() else None
         result = train_reward_model(pairs, personas, p, out, Path(f".mascot/checkpoints/{stage}"), reference,
                                     granularity)
