@@ -382,19 +382,22 @@ def down(cfg: StackConfig, services: tuple[str, ...] = SERVICES) -> None:
 def status(cfg: StackConfig) -> dict:
     import psutil
 
-    def rss_mb(pids):
+    def memory_mb(pids, kind):
+        """RSS counts shared pages (PostgreSQL's shared buffers) once per process; PSS splits them fairly."""
         total = 0
         for pid in pids:
             try:
-                total += psutil.Process(pid).memory_info().rss
-            except psutil.Error:
+                info = psutil.Process(pid)
+                total += info.memory_info().rss if kind == "rss" else info.memory_full_info().pss
+            except (psutil.Error, AttributeError):
                 pass
         return round(total / 2**20, 1)
 
     live = running(cfg)
     where = {"postgres": f"postgresql://127.0.0.1:{cfg.pg_port}/{cfg.db_name}", "seaweedfs": cfg.s3_endpoint,
              "mlflow": cfg.tracking_uri}
-    return {name: {"running": bool(pids), "address": where[name], "processes": len(pids), "rss_mb": rss_mb(pids)}
+    return {name: {"running": bool(pids), "address": where[name], "processes": len(pids),
+                   "rss_mb": memory_mb(pids, "rss"), "pss_mb": memory_mb(pids, "pss")}
             for name, pids in live.items()}
 
 

@@ -343,10 +343,18 @@ def test_postgres_restart_between_stages_loses_nothing(stack, as_admin, dvc_repo
     print(f"PostgreSQL restarted between train_rm and promote: {len(after)} versions before and after; {out.strip()}")
 
 
-def test_stack_down_leaves_no_process(stack, dvc_repo):
+def test_stack_down_leaves_no_process_and_up_keeps_everything(stack, as_admin, dvc_repo):
     import psutil
+    from mlflow.tracking import MlflowClient
 
     work, _ = dvc_repo
+    versions = sorted(mv.version for mv in MlflowClient().search_model_versions(f"name='{RM}'"))
+    sh(stack["cmd"].format("down"), work, stack["admin_env"])
+    sh(stack["cmd"].format("up"), work, stack["admin_env"])  # down then up: every run and version is still there
+    assert sorted(mv.version for mv in MlflowClient().search_model_versions(f"name='{RM}'")) == versions
+    if stack.get("clone"):
+        probe = json_in(sh("mascot probe", stack["clone"], stack["client_env"]))  # artifacts still in the bucket
+        assert probe["max_abs_diff"] <= 1e-4
     status = json_in(sh(stack["cmd"].format("status"), work, stack["admin_env"]))
     out = json_in(sh(stack["cmd"].format("down"), work, stack["admin_env"]))
     assert out["processes_left"] == {}
@@ -357,5 +365,5 @@ def test_stack_down_leaves_no_process(stack, dvc_repo):
     assert left == [], left
     listening = [port for port in stack["ports"].values() if socket.socket().connect_ex(("127.0.0.1", port)) == 0]
     assert listening == []
-    print(f"mascot stack down: {pids_of(status)} processes before, 0 after; ports {sorted(stack['ports'].values())} "
-          "closed")
+    print(f"mascot stack down, up, down: {len(versions)} versions kept across it; {pids_of(status)} processes before "
+          f"the last down, 0 after; ports {sorted(stack['ports'].values())} closed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -65,7 +66,7 @@ def check_score_head(adapter_dir: Path) -> list[str]:
 
 def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams, out_dir: Path,
                        checkpoint_dir: Path, reference_items: list[dict] | None = None,
-                       granularity: str = "reply") -> dict | None:
+                       granularity: str = "reply", report_to: tuple[str, ...] = ("mlflow",)) -> dict | None:
     """Train on the train split, evaluate on the eval split (and on judge_check's reference set, if given),
     save the adapter to `out_dir`. Under DDP every rank trains and only the main one saves and measures: the
     others return None."""
@@ -81,6 +82,8 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     if not train_pairs:
         raise ValueError(f"{'train_group_rm' if granularity == 'block' else 'train_rm'}: the pairs file has no "
                          "train-split pairs; lower the pairs' score_margin or add data")
+    timings, clock = {}, time.perf_counter  # the fixed costs around training, logged as time_* metrics
+    t = clock()
     tokenizer = AutoTokenizer.from_pretrained(params.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -89,6 +92,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     if not params.use_margin:
         for row in train_rows + eval_rows:
             row.pop("margin")
+    timings["tokenize_s"], t = clock() - t, clock()
 
     torch.manual_seed(params.seed)
     model = load_base_classifier(params.base_model, tokenizer)
@@ -104,12 +108,14 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
         save_total_limit=params.save_total_limit, logging_steps=1, seed=params.seed,
         bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,
         disable_dropout=False,  # keep the configured lora_dropout (TRL's default zeroes it)
-        report_to=["mlflow"], dataloader_num_workers=0, remove_unused_columns=True,
+        report_to=list(report_to), dataloader_num_workers=0, remove_unused_columns=True,
         ddp_find_unused_parameters=False)  # LoRA uses every trainable weight: no extra autograd pass under DDP
     trainer = RewardTrainer(model=model, args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list(train_rows),
                             eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora)
+    timings["load_model_s"], t = clock() - t, clock()
     result = trainer.train()
+    timings["train_s"], t = clock() - t, clock()
     from mascot.launch import rank_tag
 
     # every rank says what it trained on (its shard of the pairs); then only the main one goes on
@@ -128,17 +134,24 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
         "template_hash": template_hash(granularity), "num_labels": 1,
         "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
 
+    timings["save_s"], t = clock() - t, clock()
     scorer = RewardScorer(trainer.model, tokenizer, params.max_length, batch_size=params.batch_size)
     chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
     rejected = scorer.score_ids([r["rejected_ids"] for r in eval_rows])
     metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected).items()}
     if reference_items:
         metrics.update(reference_set_metrics(scorer, reference_items, personas))
+    timings["score_eval_s"], t = clock() - t, clock()
+    probe_scores = scorer.score(probe_items(personas, granularity))
+    timings["probe_s"] = clock() - t
     metrics.update(train_pairs=len(train_rows), eval_pairs=len(eval_rows), cut_pairs=train_cut + eval_cut,
                    train_loss=round(result.training_loss, 6), train_steps=result.global_step,
-                   score_head_tensors=len(head_keys))
+                   score_head_tensors=len(head_keys), train_pairs_per_s=round(
+                       result.global_step * params.batch_size * params.gradient_accumulation_steps
+                       * trainer.accelerator.num_processes / timings["train_s"], 4),
+                   **{f"time_{k}": round(v, 3) for k, v in timings.items()})
     return {"metrics": metrics, "chosen_scores": chosen, "rejected_scores": rejected,
-            "probe_scores": scorer.score(probe_items(personas, granularity)), "log_history": trainer.state.log_history}
+            "probe_scores": probe_scores, "log_history": trainer.state.log_history}
 
 
 def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/reward",
@@ -192,13 +205,18 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
         write_json(metrics_path, {**metrics, "probe_scores": result["probe_scores"]})
         mlflow.log_artifact(metrics_path)
         mlflow.log_artifact(str(plots / "reward_distributions.png"))
+        t = time.perf_counter()
         mlflow.log_artifacts(str(out), artifact_path="reward_model")
+        tracking = {"time_mlflow_artifacts_s": round(time.perf_counter() - t, 3)}
         tags = {**lineage, **{k: v for k, v in metrics.items()
                               if k.startswith(("eval_", "reference_")) and v is not None},
                 "probe_scores": json.dumps(result["probe_scores"])}
         version = registry.register_version(p.registered_model, run.info.run_id, "reward_model", tags,
                                             f"LoRA {'group' if block else 'persona'} reward model (sequence "
                                             "classification, one label)")
+        tracking["time_register_s"] = round(time.perf_counter() - t - tracking["time_mlflow_artifacts_s"], 3)
+        mlflow.log_metrics(tracking)
+    write_json(metrics_path, {**metrics, **tracking, "probe_scores": result["probe_scores"]})
     write_json(out / "registered.json", {"name": version.name, "version": version.version, "run_id": version.run_id,
                                          "granularity": granularity, "probe_scores": result["probe_scores"]})
     write_curves(result["log_history"], plots)
