@@ -1,8 +1,9 @@
 """Reward-model training: our `train_rm` core against a bare TRL script, same work, in one run.
 
 Both sides train the same base model with the same LoRA config on the same pairs (the same token ids: pairs
-whose reward input is not cut), batch size, accumulation, sequence lengths and number of steps, with no
-evaluation inside training and no tracking (`report_to` empty on both). The bare side calls TRL's
+whose reward input is not cut), batch size, accumulation, sequence lengths and number of steps, with the same
+eval pairs (transformers evaluates them once when training ends, on both sides) and no tracking (`report_to`
+empty on both). The bare side calls TRL's
 `RewardTrainer` the way TRL's examples do: a text dataset ("chosen"/"rejected") that TRL tokenizes, a
 `LoraConfig` with the score head in `modules_to_save`. Each side runs in a fresh process; rounds alternate the
 order; the table shows medians. Then one run of our full stage function (`reward.train.main`, against a
@@ -98,8 +99,8 @@ def side_bare(workdir: Path) -> dict:
 
     p = load_params(REPO / "params.yaml").train_rm
     rows = load_jsonl(workdir / "pairs.jsonl")
-    train = Dataset.from_list([{"chosen": r["chosen_text"], "rejected": r["rejected_text"]}
-                               for r in rows if r["split"] == "train"])
+    train, evaluation = (Dataset.from_list([{"chosen": r["chosen_text"], "rejected": r["rejected_text"]}
+                                            for r in rows if r["split"] == split]) for split in ("train", "eval"))
     tokenizer = AutoTokenizer.from_pretrained(p.base_model)
     torch.manual_seed(p.seed)
     model = AutoModelForSequenceClassification.from_pretrained(p.base_model, num_labels=1, dtype=torch.float32)
@@ -107,11 +108,16 @@ def side_bare(workdir: Path) -> dict:
     args = RewardConfig(output_dir=str(workdir / "bare-ckpt"), per_device_train_batch_size=p.batch_size,
                         gradient_accumulation_steps=p.gradient_accumulation_steps, learning_rate=p.learning_rate,
                         num_train_epochs=1, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-                        seed=p.seed, disable_dropout=False)
+                        seed=p.seed, disable_dropout=False,
+                        # the same numerics and memory trade as ours on a CPU: RewardConfig defaults to bf16
+                        # autocast and gradient checkpointing, which on this CPU did not finish 3 steps in 4 min
+                        bf16=False, gradient_checkpointing=False,
+                        # as our stage configures it: transformers evaluates once when training ends
+                        eval_strategy="steps", eval_steps=10**6, per_device_eval_batch_size=p.batch_size)
     peft_config = LoraConfig(task_type="SEQ_CLS", r=p.lora.r, lora_alpha=p.lora.alpha, lora_dropout=p.lora.dropout,
                              target_modules=list(p.lora.target_modules), modules_to_save=["score"])
     trainer = RewardTrainer(model=model, args=args, processing_class=tokenizer, train_dataset=train,
-                            peft_config=peft_config)
+                            eval_dataset=evaluation, peft_config=peft_config)
     tokens = sum(len(x["chosen_ids"]) + len(x["rejected_ids"]) for x in trainer.train_dataset)
     start = time.perf_counter()
     result = trainer.train()

@@ -31,6 +31,33 @@ STAGES = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    stats_file = os.environ.get("MASCOT_STAGE_STATS")
+    if not stats_file:
+        return _main(argv)
+    import time
+
+    start, status = time.perf_counter(), None
+    try:
+        status = _main(argv)
+        return status
+    finally:
+        record_stage_stats(stats_file, argv, time.perf_counter() - start, status)
+
+
+def record_stage_stats(path: str, argv: list[str], wall_s: float, status) -> None:
+    """One JSON line per `mascot` command (benchmarks/stages.py): wall seconds and the peak RSS of this process
+    and of its children (an accelerate launch's ranks, a vLLM server started here)."""
+    import json
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"command": " ".join(argv), "wall_s": round(wall_s, 2), "peak_rss_mb": round(own, 1),
+                             "peak_rss_children_mb": round(children, 1), "status": status}) + "\n")
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:  # its own options; no params.yaml needed
         from mascot.llm.serve import main as serve_main
 
