@@ -1,0 +1,204 @@
+"""In-process generation and judging against this machine's fp32 matmul peak, in one run.
+
+First the peak: torch matmuls of a few sizes (GFLOP/s = 2 n^3 / s, the best size). Then, on the embedded
+speaker and judge (params.yaml's `llm.speaker` / `llm.judge`, the default pipeline's own prompts from
+`data/queries.jsonl` and `data/candidates.jsonl`):
+- batched generation (the generate stage's prompts, n and max_tokens) at several batch sizes, the stage's among
+  them;
+- the judge's expected mode with the shared-prefix KV reuse (what the score stage runs) and without it;
+- the judge's json mode.
+Achieved model FLOP/s = 2 x parameters x tokens computed per second, prompt and generated tokens counted
+separately; padding is not counted, and a prefix computed once is counted once. Each figure is also given as a
+fraction of the matmul peak. Rounds interleave the measurements; the table shows medians.
+
+    python benchmarks/inprocess_flops.py --repo /path/after/make-repro [--rounds 2]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def matmul_peak(sizes=(512, 1024, 2048, 3072), seconds: float = 2.0) -> dict[int, float]:
+    out = {}
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)  # warm-up
+        k, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            torch.mm(a, b)
+            k += 1
+        out[n] = 2 * n**3 * k / (time.perf_counter() - start) / 1e9
+    return out
+
+
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())  # tied embeddings counted once
+
+
+def generation_workload(params, queries, personas, n_requests: int):
+    from mascot.annotate.generate import speaker_prompt
+    from mascot.llm.backend import SampleRequest
+
+    g = params.generate
+    requests = []
+    for q in queries:
+        for name in q["personas"]:
+            prompt, stop = speaker_prompt(personas[name], q["context"], g.prompt_style)
+            requests.append(SampleRequest(prompt, g.num_agents_per_query, g.temperature, g.top_p, g.max_tokens,
+                                          stop, g.seed))
+            if len(requests) == n_requests:
+                return requests
+    return requests
+
+
+def measure_generation(backend, requests, batch_size: int) -> dict:
+    """Prompt tokens computed: each distinct prompt once (n samples share its prefill), then one per row."""
+    backend.batch_size = batch_size
+    start = time.perf_counter()
+    out = backend.sample(requests)
+    seconds = time.perf_counter() - start
+    distinct_prompt = sum(group[0].prompt_tokens for group in out)
+    generated = sum(c.completion_tokens or 0 for group in out for c in group)
+    return {"seconds": seconds, "prompt_tokens": distinct_prompt, "generated_tokens": generated}
+
+
+def judge_workload(params, queries, personas, candidates, n_candidates: int, mode: str):
+    from mascot.annotate.rubric import PERSONA
+    from mascot.annotate.score import candidate_units, rubric_prompts
+
+    units = [u for u in candidate_units(candidates, queries, personas) if not u.get("skip")][:n_candidates]
+    p = params.score.model_copy(update={"mode": mode})
+    style = params.score.prompt_style if params.score.prompt_style != "auto" else "plain"
+    prompts = [rubric_prompts(PERSONA, u["item"], p, style) for u in units]
+    return [x for pr in prompts for x in (list(pr["expected"].values()) if mode == "expected" else [pr["json"]])]
+
+
+def token_lists(backend, prompts):
+    return [backend._token_ids(backend._text(p)) for p in prompts]
+
+
+def expected_tokens(backend, prompts) -> tuple[int, int]:
+    """(prompt tokens computed, prompt tokens sent) of one `choice_distribution` call: with the KV reuse, the
+    shared head once, each candidate's middle once and the tails, as `LocalBackend.choice_distribution` runs them
+    (it falls back to plain batches when the shared head is short)."""
+    from mascot.llm.local_backend import _common_prefix_len, _runs_sharing_more
+
+    encoded = token_lists(backend, prompts)
+    sent = sum(len(e) for e in encoded)
+    shared = _common_prefix_len(encoded)
+    if shared < 32:
+        return sent, sent
+    computed = shared
+    for start, end in _runs_sharing_more(encoded, shared):
+        group = encoded[start:end]
+        middle = _common_prefix_len(group) if len(group) > 1 else shared
+        computed += (middle - shared) + sum(len(e) - middle for e in group)
+    return computed, sent
+
+
+def measure_expected(backend, prompts, reuse: bool) -> dict:
+    from mascot.annotate.rubric import SCORE_CHOICES
+
+    computed, sent = expected_tokens(backend, prompts)
+    ids = torch.tensor(backend.choice_token_ids(list(SCORE_CHOICES)))
+    texts = [backend._text(p) for p in prompts]
+    start = time.perf_counter()
+    if reuse:
+        backend.choice_distribution(prompts, list(SCORE_CHOICES))
+    else:
+        backend._choice_distribution_plain(texts, ids, list(SCORE_CHOICES))
+    return {"seconds": time.perf_counter() - start, "prompt_tokens": computed if reuse else sent,
+            "generated_tokens": 0, "prompt_tokens_if_no_reuse": sent}
+
+
+def measure_json(backend, prompts, max_tokens: int) -> dict:
+    from mascot.annotate.rubric import PERSONA
+
+    start = time.perf_counter()
+    out = backend.json_complete(prompts, PERSONA.json_schema, max_tokens)
+    return {"seconds": time.perf_counter() - start, "prompt_tokens": sum(c.prompt_tokens for c in out),
+            "generated_tokens": sum(c.completion_tokens or 0 for c in out)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", default=str(ROOT), help="a working tree after `make repro` (default: this one)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=8, help="generate requests (each n samples)")
+    parser.add_argument("--candidates", type=int, default=8, help="candidates judged in expected mode")
+    parser.add_argument("--json-candidates", type=int, default=4)
+    parser.add_argument("--batch-sizes", default="1,8,16,32")
+    args = parser.parse_args()
+    os.chdir(args.repo)
+
+    from mascot.config import load_params
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl
+    from mascot.llm.local_backend import LocalBackend
+
+    params = load_params("params.yaml")
+    personas = load_personas(params.prepare.personas_file)
+    queries_list = load_jsonl("data/queries.jsonl")
+    queries = {q["query_id"]: q for q in queries_list}
+    candidates = load_jsonl("data/candidates.jsonl")
+    speaker = LocalBackend(params.llm.speaker)
+    judge = speaker if params.llm.judge.model == params.llm.speaker.model else LocalBackend(params.llm.judge)
+    stage_batch = params.llm.speaker.batch_size
+    sizes = sorted({*(int(x) for x in args.batch_sizes.split(",")), stage_batch})
+    gen_requests = generation_workload(params, queries_list, personas, args.requests)
+    expected_prompts = judge_workload(params, queries, personas, candidates, args.candidates, "expected")
+    json_prompts = judge_workload(params, queries, personas, candidates, args.json_candidates, "json")
+
+    peaks, results = [], {}
+    for r in range(args.rounds):
+        peaks.append(max(matmul_peak().values()))
+        cases = [(f"generate, batch {b}{' (the stage)' if b == stage_batch else ''}", speaker,
+                  lambda b=b: measure_generation(speaker, gen_requests, b)) for b in sizes]
+        cases += [("judge expected, KV reuse (the stage)", judge, lambda: measure_expected(judge, expected_prompts, True)),
+                  ("judge expected, no reuse", judge, lambda: measure_expected(judge, expected_prompts, False)),
+                  ("judge json", judge, lambda: measure_json(judge, json_prompts, params.score.max_tokens))]
+        judge.batch_size = params.llm.judge.batch_size
+        for label, backend, fn in (cases if r % 2 == 0 else cases[::-1]):
+            if backend is judge:
+                judge.batch_size = params.llm.judge.batch_size
+            results.setdefault(label, []).append((n_params(backend.model), fn()))
+            print(f"round {r + 1}: {label}: {results[label][-1][1]['seconds']:.1f} s", file=sys.stderr)
+    peak = statistics.median(peaks)
+    print(f"# in-process generation and judging, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, "
+          f"{'GPU' if torch.cuda.is_available() else 'no GPU'}, torch {torch.__version__}, {torch.get_num_threads()} "
+          f"threads; median of {args.rounds} interleaved rounds")
+    print(f"fp32 matmul peak: {peak:.1f} GFLOP/s (best of sizes 512-3072)\n")
+    print("| path | seconds | prompt tok/s | generated tok/s | model GFLOP/s | of peak |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: |")
+    for label, runs in results.items():
+        params_n = runs[0][0]
+        sec = statistics.median(x["seconds"] for _, x in runs)
+        prompt = runs[0][1]["prompt_tokens"]
+        gen = statistics.median(x["generated_tokens"] for _, x in runs)
+        flops = 2 * params_n * (prompt + gen) / sec / 1e9
+        print(f"| {label} | {sec:.1f} | {prompt / sec:.0f} | {gen / sec:.1f} | {flops:.1f} | {flops / peak:.0%} |")
+    reuse = results.get("judge expected, KV reuse (the stage)")
+    if reuse:
+        x = reuse[0][1]
+        print(f"\nexpected mode: {x['prompt_tokens_if_no_reuse']} prompt tokens without reuse, {x['prompt_tokens']} "
+              f"computed with it ({x['prompt_tokens'] / x['prompt_tokens_if_no_reuse']:.0%})")
+    print(f"models: speaker {params.llm.speaker.model} ({n_params(speaker.model) / 1e6:.0f} M parameters), judge "
+          f"{params.llm.judge.model}; {len(gen_requests)} generate requests x n={params.generate.num_agents_per_query}, "
+          f"max_tokens {params.generate.max_tokens}; {args.candidates} candidates x 5 expected prompts; "
+          f"{args.json_candidates} json candidates")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The judge's cost per candidate: prompt tokens computed, generated tokens and seconds, for both judge modes,
+in-process and on the vLLM CPU server with prefix caching on and off, on the same candidates.
+
+In-process, "computed" counts a shared prefix once (the expected mode's KV reuse) and nothing twice; on vLLM it
+is the server's own count: prompt tokens minus prefix-cache hits (`/metrics`). Runs the score stage's own
+function (`score_units`) on the first N candidates of `data/candidates.jsonl`.
+
+    python benchmarks/judge_cost.py --repo /path/after/make-repro [--candidates 32]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import socket
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def vllm_counters(base_url: str) -> dict[str, float]:
+    root = base_url.removesuffix("/v1")
+    text = urllib.request.urlopen(f"{root}/metrics", timeout=10).read().decode()
+    out = {}
+    for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total",
+                 "vllm:prefix_cache_queries_total"):
+        values = [float(m) for m in re.findall(rf"^{re.escape(name)}{{[^}}]*}} ([0-9.e+]+)$", text, re.M)]
+        out[name.split(":")[1]] = sum(values)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def score(units, params, backend, mode: str):
+    from mascot.annotate.rubric import PERSONA
+    from mascot.annotate.score import score_units
+
+    p = params.score.model_copy(update={"mode": mode})
+    style = params.score.prompt_style if params.score.prompt_style != "auto" else "plain"
+    start = time.perf_counter()
+    records = score_units(units, PERSONA, p, backend, None, prompt_style=style)
+    return records, time.perf_counter() - start
+
+
+class Counting:
+    """The in-process judge, counting what it computes: prompt tokens (a shared prefix once) and generated ones."""
+
+    def __init__(self, inner):
+        self.inner, self.model_name = inner, inner.model_name
+        self.computed = self.sent = self.generated = 0
+
+    def choice_distribution(self, prompts, choices, progress=None):
+        from inprocess_flops import expected_tokens
+
+        computed, sent = expected_tokens(self.inner, prompts)
+        self.computed, self.sent = self.computed + computed, self.sent + sent
+        return self.inner.choice_distribution(prompts, choices, progress)
+
+    def json_complete(self, prompts, schema, max_tokens, seed=0, progress=None):
+        out = self.inner.json_complete(prompts, schema, max_tokens, seed, progress)
+        tokens = sum(c.prompt_tokens for c in out)
+        self.computed, self.sent = self.computed + tokens, self.sent + tokens
+        self.generated += sum(c.completion_tokens or 0 for c in out)
+        return out
+
+    def close(self):
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", default=str(ROOT))
+    parser.add_argument("--candidates", type=int, default=32)
+    parser.add_argument("--modes", default="expected,json")
+    args = parser.parse_args()
+    vllm_python = ROOT / ".venv-vllm/bin/python"  # not resolved: the link is what makes it the venv
+    os.chdir(args.repo)
+
+    from mascot.annotate.score import candidate_units
+    from mascot.config import LLMEndpoint, load_params
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl
+    from mascot.llm.local_backend import LocalBackend
+    from mascot.llm.openai_backend import OpenAIBackend
+    from mascot.llm.serve import ServeConfig, VLLMServer
+
+    params = load_params("params.yaml")
+    personas = load_personas(params.prepare.personas_file)
+    queries = {q["query_id"]: q for q in load_jsonl("data/queries.jsonl")}
+    units = [u for u in candidate_units(load_jsonl("data/candidates.jsonl"), queries, personas)
+             if not u.get("skip")][: args.candidates]
+    modes = args.modes.split(",")
+    rows = []
+
+    local = LocalBackend(params.llm.judge)
+    for mode in modes:
+        counting = Counting(local)
+        records, seconds = score(units, params, counting, mode)
+        rows.append(("in-process", mode, counting.computed, counting.sent, counting.generated, seconds,
+                     sum(r["status"] == "scored" for r in records)))
+        print(f"in-process {mode}: {seconds:.1f} s", file=sys.stderr)
+
+    model_dir = str(Path(params.llm.judge.model).resolve())
+    for caching in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+        port = free_port()
+        server = VLLMServer(ServeConfig(model=model_dir, served_model_name="judge", port=port, max_model_len=4096,
+                                        python=str(vllm_python), log_path=f"/tmp/judge-cost-vllm-{port}.log",
+                                        extra_args=[caching], ready_timeout_s=900))
+        server.start()
+        try:
+            backend = OpenAIBackend(LLMEndpoint(backend="openai", model="judge", base_url=server.base_url,
+                                                max_concurrency=64, send_seed=False))
+            for mode in modes:
+                before = vllm_counters(server.base_url)
+                records, seconds = score(units, params, backend, mode)
+                after = vllm_counters(server.base_url)
+                delta = {k: after[k] - before[k] for k in after}
+                rows.append((f"vLLM {caching.removeprefix('--')}", mode,
+                             int(delta["prompt_tokens_total"] - delta["prefix_cache_hits_total"]),
+                             int(delta["prompt_tokens_total"]), int(delta["generation_tokens_total"]), seconds,
+                             sum(r["status"] == "scored" for r in records)))
+                print(f"vLLM {caching} {mode}: {seconds:.1f} s", file=sys.stderr)
+        finally:
+            server.stop()
+
+    n = len(units)
+    print(f"# judge cost per candidate, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, no GPU; "
+          f"judge {params.llm.judge.model}, {n} candidates, prompt style {params.score.prompt_style}, "
+          f"few_shot {params.score.few_shot}")
+    print("| judge | mode | prompt tokens computed / cand. | prompt tokens sent / cand. | generated / cand. "
+          "| seconds / cand. | scored |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for where, mode, computed, sent, generated, seconds, scored in rows:
+        print(f"| {where} | {mode} | {computed / n:.0f} | {sent / n:.0f} | {generated / n:.1f} | {seconds / n:.2f} "
+              f"| {scored}/{n} |")
+
+
+if __name__ == "__main__":
+    main()
