@@ -73,11 +73,17 @@ class StandIn(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+class StandInServer(ThreadingHTTPServer):
+    # a listen backlog of 5 (the default) refuses connections when a loaded machine accepts slowly: the client
+    # would see a refused connection where the test means a 503
+    request_queue_size = 256
+
+
 @pytest.fixture
 def server():
     StandIn.bodies, StandIn.fail_first, StandIn.ok_budget, StandIn.fault = [], 0, None, "503"
     StandIn.chat_prefix, StandIn.json_reply = "", None
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+    httpd = StandInServer(("127.0.0.1", 0), StandIn)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

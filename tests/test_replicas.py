@@ -2,7 +2,6 @@
 dropped and its requests go to the others. Stand-in servers here (two real vLLM CPU servers do not fit two
 cores beside the tests); tests/test_vllm_server.py proves the list form against one real vLLM server."""
 import threading
-from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -10,7 +9,7 @@ from mascot.annotate.generate import generate_candidates
 from mascot.config import ConfigError, GenerateParams, LLMEndpoint, Params
 from mascot.llm.openai_backend import OpenAIBackend, ServerError
 from mascot.resume import Journal
-from tests.stand_in import StandIn
+from tests.stand_in import StandIn, StandInServer
 from tests.test_faults import many_queries  # noqa: F401  (fixture)
 
 
@@ -35,7 +34,7 @@ class Replica:
                     return
                 super().do_POST()
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = StandInServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
