@@ -25,15 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def fresh_copy(dest: Path) -> None:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for rel in files:
-        if (ROOT / rel).is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, dest / rel)
+sys.path.insert(0, str(ROOT))
 
 
 def run(cmd: str, cwd: Path, env: dict) -> tuple[float, str]:
@@ -52,7 +44,9 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mascot-stages-")) / "repo"
     work.mkdir(parents=True)
-    fresh_copy(work)
+    from mascot.io import copy_tracked_files
+
+    copy_tracked_files(ROOT, work)
     stats = work.parent / "stage_stats.jsonl"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
            "HF_HUB_OFFLINE": "1", "MASCOT_STAGE_STATS": str(stats), "MASCOT_RESUME_DIR": str(work / ".mascot/resume")}

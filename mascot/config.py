@@ -175,7 +175,15 @@ class LoraParams(Block):
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
-class TrainRMParams(Block):
+class LaunchFields(Block):
+    """How many training processes a training stage runs as (mascot/launch.py)."""
+    # training processes: N > 1 runs the stage under `accelerate launch --multi_gpu --num_processes N` (DDP: nccl
+    # on GPUs, gloo on a CPU); `accelerate_config` names a launcher file (profiles/accelerate/) instead
+    num_processes: int = Field(1, ge=1)
+    accelerate_config: str | None = None
+
+
+class TrainRMParams(LaunchFields):
     base_model: str = "models/base"
     registered_model: str = "mascot-persona-rm"
     lora: LoraParams = LoraParams()
@@ -189,10 +197,6 @@ class TrainRMParams(Block):
     save_total_limit: int = Field(3, ge=1)
     use_margin: bool = False  # TRL's margin loss: -logsigmoid(r_c - r_r - margin)
     seed: int = 0
-    # training processes: N > 1 runs the stage under `accelerate launch --multi_gpu --num_processes N` (DDP: nccl
-    # on GPUs, gloo on a CPU); `accelerate_config` names a launcher file (profiles/accelerate/) instead
-    num_processes: int = Field(1, ge=1)
-    accelerate_config: str | None = None
 
 
 class PromoteParams(Block):
@@ -203,7 +207,7 @@ class PromoteParams(Block):
     require_beat_length_baseline: bool = True
 
 
-class GRPOParams(Block):
+class GRPOParams(LaunchFields):
     base_model: str = "models/base"
     registered_model: str = "mascot-speaker"
     reward_alias: str = "champion"
@@ -220,10 +224,6 @@ class GRPOParams(Block):
     format_weight: float = 0.5
     max_prompts: int | None = Field(None, ge=1)
     seed: int = 0
-    # training processes: N > 1 runs the stage under `accelerate launch --multi_gpu --num_processes N` (DDP: nccl
-    # on GPUs, gloo on a CPU); `accelerate_config` names a launcher file (profiles/accelerate/) instead
-    num_processes: int = Field(1, ge=1)
-    accelerate_config: str | None = None
 
 
 class DirectorParams(GRPOParams):

@@ -98,6 +98,20 @@ def require(record: dict, field: str, kind: type | tuple[type, ...], where: str)
     return value
 
 
+def copy_tracked_files(repo: Path, dest: Path) -> None:
+    """The files git would commit (tracked, and untracked but not ignored) of `repo`, copied into `dest`:
+    a fresh working tree for running the pipeline apart (tests, benchmarks)."""
+    import shutil
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for rel in files:
+        if (repo / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / rel, dest / rel)
+
+
 def require_model_dir(path: str, key: str) -> str:
     """Local model folders only at run time (no hub downloads): say which key names a missing one."""
     if not (Path(path) / "config.json").exists() and not (Path(path) / "tokenizer_config.json").exists():

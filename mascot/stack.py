@@ -188,13 +188,12 @@ def stop_postgres(cfg: StackConfig) -> None:
 
 # ---------------------------------------------------------------- processes in their own groups
 def pid_alive(pid: int) -> bool:
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    except PermissionError:
-        return True
-    return not Path(f"/proc/{pid}/status").exists() or "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
 
 
 def group_pids(pgid: int) -> list[int]:

@@ -1,6 +1,5 @@
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,13 +76,10 @@ def ran_stages(output: str) -> set[str]:
 @pytest.fixture(scope="session")
 def dvc_repo(repo_root, tmp_path_factory):
     """A copy of the project (the files git would commit) as a fresh git + DVC repo on the tiny profile."""
+    from mascot.io import copy_tracked_files
+
     work = tmp_path_factory.mktemp("pipeline") / "repo"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo_root, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for rel in files:
-        if (repo_root / rel).is_file():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(repo_root / rel, work / rel)
+    copy_tracked_files(repo_root, work)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
            "HF_HUB_OFFLINE": "1", "MASCOT_RESUME_DIR": str(work / ".mascot/resume")}
     sh("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init", work, env)

@@ -81,12 +81,12 @@ class OpenAIBackend:
             self._send_seed = device != "cpu"
         return bool(self._send_seed)
 
-    def server_version(self, url: str | None = None) -> str | None:
+    def server_version(self) -> str | None:
         """The server's self-reported version (vLLM's /version), or None where it has none."""
         import json
         import urllib.request
 
-        root = (url or self.replicas.urls[0]).rstrip("/").removesuffix("/v1")
+        root = self.replicas.urls[0].removesuffix("/v1")  # the first replica speaks for the endpoint
         try:
             with urllib.request.urlopen(f"{root}/version", timeout=min(self.timeout_s, 10)) as resp:
                 return str(json.loads(resp.read()).get("version"))

@@ -82,8 +82,11 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     if not train_pairs:
         raise ValueError(f"{'train_group_rm' if granularity == 'block' else 'train_rm'}: the pairs file has no "
                          "train-split pairs; lower the pairs' score_margin or add data")
-    timings, clock = {}, time.perf_counter  # the fixed costs around training, logged as time_* metrics
-    t = clock()
+    timings, last = {}, [time.perf_counter()]  # the fixed costs around training, logged as time_* metrics
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        timings[name], last[0] = now - last[0], now
     tokenizer = AutoTokenizer.from_pretrained(params.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -92,7 +95,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     if not params.use_margin:
         for row in train_rows + eval_rows:
             row.pop("margin")
-    timings["tokenize_s"], t = clock() - t, clock()
+    lap("tokenize_s")
 
     torch.manual_seed(params.seed)
     model = load_base_classifier(params.base_model, tokenizer)
@@ -113,9 +116,9 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     trainer = RewardTrainer(model=model, args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list(train_rows),
                             eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora)
-    timings["load_model_s"], t = clock() - t, clock()
+    lap("load_model_s")
     result = trainer.train()
-    timings["train_s"], t = clock() - t, clock()
+    lap("train_s")
     from mascot.launch import rank_tag
 
     # every rank says what it trained on (its shard of the pairs); then only the main one goes on
@@ -134,16 +137,16 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
         "template_hash": template_hash(granularity), "num_labels": 1,
         "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
 
-    timings["save_s"], t = clock() - t, clock()
+    lap("save_s")
     scorer = RewardScorer(trainer.model, tokenizer, params.max_length, batch_size=params.batch_size)
     chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
     rejected = scorer.score_ids([r["rejected_ids"] for r in eval_rows])
     metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected).items()}
     if reference_items:
         metrics.update(reference_set_metrics(scorer, reference_items, personas))
-    timings["score_eval_s"], t = clock() - t, clock()
+    lap("score_eval_s")
     probe_scores = scorer.score(probe_items(personas, granularity))
-    timings["probe_s"] = clock() - t
+    lap("probe_s")
     metrics.update(train_pairs=len(train_rows), eval_pairs=len(eval_rows), cut_pairs=train_cut + eval_cut,
                    train_loss=round(result.training_loss, 6), train_steps=result.global_step,
                    score_head_tensors=len(head_keys), train_pairs_per_s=round(
@@ -171,18 +174,18 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     stage, p = ("train_group_rm", params.train_group_rm) if block else ("train_rm", params.train_rm)
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")  # our own artifacts: the adapter, once
     registry.setup_tracking(params)
-    exp = (registry.experiment_id(params.mlflow.group_reward_experiment if block else params.mlflow.reward_experiment,
-                                  params.mlflow.artifact_root) if is_main_process() else None)
     pairs, personas = load_jsonl(pairs_path), load_personas(params.prepare.personas_file)
+    if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
+        train_reward_model(pairs, personas, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"), None, granularity)
+        return
+    exp = registry.experiment_id(params.mlflow.group_reward_experiment if block else params.mlflow.reward_experiment,
+                                 params.mlflow.artifact_root)
     lineage = {**registry.lineage_tags(pairs_path, p.base_model, template_hash(granularity)),
                "granularity": granularity}
     run_name = (f"{'group-rm' if block else 'rm'}-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-"
                 f"{lineage['git_commit'][:7]}")
     out, plots = Path(out_dir), Path(plots_dir)
     plots.mkdir(parents=True, exist_ok=True)
-    if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
-        train_reward_model(pairs, personas, p, out, Path(f".mascot/checkpoints/{stage}"), None, granularity)
-        return
     abandoned = registry.abandon_incomplete(p.registered_model)
     if abandoned:
         print(f"{stage}: versions {', '.join(abandoned)} of {p.registered_model} were left half-registered by an "
