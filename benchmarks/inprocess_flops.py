@@ -7,9 +7,10 @@ speaker and judge (params.yaml's `llm.speaker` / `llm.judge`, the default pipeli
   them;
 - the judge's expected mode with the shared-prefix KV reuse (what the score stage runs) and without it;
 - the judge's json mode.
-Achieved model FLOP/s = 2 x parameters x tokens computed per second, prompt and generated tokens counted
-separately; padding is not counted, and a prefix computed once is counted once. Each figure is also given as a
-fraction of the matmul peak. Rounds interleave the measurements; the table shows medians.
+Achieved model FLOP/s = 2 x the body's parameters x tokens computed per second, plus 2 x the LM head's for each
+generated token (the embedding is a lookup; the head runs where logits are taken); prompt and generated tokens
+are counted separately; padding is not counted, and a prefix computed once is counted once. Each figure is also
+given as a fraction of the matmul peak. Rounds interleave the measurements; the table shows medians.
 
     python benchmarks/inprocess_flops.py --repo /path/after/make-repro [--rounds 2]
 """
@@ -45,6 +46,24 @@ def matmul_peak(sizes=(512, 1024, 2048, 3072), seconds: float = 2.0) -> dict[int
 
 def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())  # tied embeddings counted once
+
+
+def flop_params(model) -> tuple[int, int]:
+    """(body, head): the weights every token multiplies through, and the LM head's. The input embedding is a
+    lookup (no FLOPs), and the head runs only where logits are taken: each generated token (and one row per
+    prompt, not counted here). Counting 2 x all parameters x every token overstates a prefill-heavy path by the
+    untied head and the embedding: for Qwen2.5-0.5B, 630 M parameters, 358 M of them body."""
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    tied = head.data_ptr() == embedding.data_ptr()
+    return n_params(model) - embedding.numel() - (0 if tied else head.numel()), head.numel()
+
+
+def model_flops(params: tuple[int, int], prompt_tokens: float, generated_tokens: float) -> float:
+    """2 x body x every token computed + 2 x head x generated tokens (attention's own products left out: about
+    6% more at these lengths)."""
+    body, head = params
+    return 2 * body * (prompt_tokens + generated_tokens) + 2 * head * generated_tokens
 
 
 def generation_workload(params, queries, personas, n_requests: int):
@@ -173,7 +192,7 @@ def main() -> None:
         for label, backend, fn in (cases if r % 2 == 0 else cases[::-1]):
             if backend is judge:
                 judge.batch_size = params.llm.judge.batch_size
-            results.setdefault(label, []).append((n_params(backend.model), fn()))
+            results.setdefault(label, []).append((flop_params(backend.model), fn()))
             print(f"round {r + 1}: {label}: {results[label][-1][1]['seconds']:.1f} s", file=sys.stderr)
     peak = statistics.median(peaks)
     print(f"# in-process generation and judging, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, "
@@ -183,18 +202,19 @@ def main() -> None:
     print("| path | seconds | prompt tok/s | generated tok/s | model GFLOP/s | of peak |\n"
           "| --- | ---: | ---: | ---: | ---: | ---: |")
     for label, runs in results.items():
-        params_n = runs[0][0]
         sec = statistics.median(x["seconds"] for _, x in runs)
         prompt = runs[0][1]["prompt_tokens"]
         gen = statistics.median(x["generated_tokens"] for _, x in runs)
-        flops = 2 * params_n * (prompt + gen) / sec / 1e9
+        flops = model_flops(runs[0][0], prompt, gen) / sec / 1e9
         print(f"| {label} | {sec:.1f} | {prompt / sec:.0f} | {gen / sec:.1f} | {flops:.1f} | {flops / peak:.0%} |")
     reuse = results.get("judge expected, KV reuse (the stage)")
     if reuse:
         x = reuse[0][1]
         print(f"\nexpected mode: {x['prompt_tokens_if_no_reuse']} prompt tokens without reuse, {x['prompt_tokens']} "
               f"computed with it ({x['prompt_tokens'] / x['prompt_tokens_if_no_reuse']:.0%})")
-    print(f"models: speaker {params.llm.speaker.model} ({n_params(speaker.model) / 1e6:.0f} M parameters), judge "
+    body, head = flop_params(speaker.model)
+    print(f"models: speaker {params.llm.speaker.model} ({n_params(speaker.model) / 1e6:.0f} M parameters: body "
+          f"{body / 1e6:.0f} M, head {head / 1e6:.0f} M), judge "
           f"{params.llm.judge.model}; {len(gen_requests)} generate requests x n={params.generate.num_agents_per_query}, "
           f"max_tokens {params.generate.max_tokens}; {args.candidates} candidates x 5 expected prompts; "
           f"{args.json_candidates} json candidates")
