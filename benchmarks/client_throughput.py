@@ -126,8 +126,8 @@ def main() -> None:
     sequential = rows[-1][1] / rows[-1][2]
     print(f"# client throughput, {datetime.date.today()}, {platform.node()}, {platform.processor() or platform.machine()}"
           f", {len(texts)} requests x {args.max_tokens} tokens, median of {args.repeats} interleaved rounds")
-    print(f"| client | requests | seconds | requests/s | tokens/s |")
-    print(f"| --- | ---: | ---: | ---: | ---: |")
+    print("| client | requests | seconds | requests/s | tokens/s |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for name, n, t, tok in rows:
         print(f"| {name} | {n} | {t:.1f} | {n / t:.2f} | {tok / t:.0f} |")
     print(f"\nours / ceiling = {ours / ceiling:.1%} (target >= 90%); ours / sequential = {ours / sequential:.1f}x "

@@ -83,14 +83,11 @@ def generation_workload(params, queries, personas, n_requests: int):
 
 
 def measure_generation(backend, requests, batch_size: int) -> dict:
-    """Prompt tokens computed: each distinct prompt once (n samples share its prefill), then one per row."""
     backend.batch_size = batch_size
-    start = time.perf_counter()
-    out = backend.sample(requests)
-    seconds = time.perf_counter() - start
-    distinct_prompt = sum(group[0].prompt_tokens for group in out)
-    generated = sum(c.completion_tokens or 0 for group in out for c in group)
-    return {"seconds": seconds, "prompt_tokens": distinct_prompt, "generated_tokens": generated}
+    before, start = backend.token_counts.snapshot(), time.perf_counter()
+    backend.sample(requests)
+    seconds, ran = time.perf_counter() - start, backend.token_counts.since(before)
+    return {"seconds": seconds, "prompt_tokens": ran.prompt_computed, "generated_tokens": ran.generated}
 
 
 def judge_workload(params, queries, personas, candidates, n_candidates: int, mode: str):
@@ -104,51 +101,28 @@ def judge_workload(params, queries, personas, candidates, n_candidates: int, mod
     return [x for pr in prompts for x in (list(pr["expected"].values()) if mode == "expected" else [pr["json"]])]
 
 
-def token_lists(backend, prompts):
-    return [backend._token_ids(backend._text(p)) for p in prompts]
-
-
-def expected_tokens(backend, prompts) -> tuple[int, int]:
-    """(prompt tokens computed, prompt tokens sent) of one `choice_distribution` call: with the KV reuse, the
-    shared head once, each candidate's middle once and the tails, as `LocalBackend.choice_distribution` runs them
-    (it falls back to plain batches when the shared head is short)."""
-    from mascot.llm.local_backend import _common_prefix_len, _runs_sharing_more
-
-    encoded = token_lists(backend, prompts)
-    sent = sum(len(e) for e in encoded)
-    shared = _common_prefix_len(encoded)
-    if shared < 32:
-        return sent, sent
-    computed = shared
-    for start, end in _runs_sharing_more(encoded, shared):
-        group = encoded[start:end]
-        middle = _common_prefix_len(group) if len(group) > 1 else shared
-        computed += (middle - shared) + sum(len(e) - middle for e in group)
-    return computed, sent
-
-
 def measure_expected(backend, prompts, reuse: bool) -> dict:
     from mascot.annotate.rubric import SCORE_CHOICES
 
-    computed, sent = expected_tokens(backend, prompts)
     ids = torch.tensor(backend.choice_token_ids(list(SCORE_CHOICES)))
     texts = [backend._text(p) for p in prompts]
-    start = time.perf_counter()
+    before, start = backend.token_counts.snapshot(), time.perf_counter()
     if reuse:
         backend.choice_distribution(prompts, list(SCORE_CHOICES))
     else:
         backend._choice_distribution_plain(texts, ids, list(SCORE_CHOICES))
-    return {"seconds": time.perf_counter() - start, "prompt_tokens": computed if reuse else sent,
-            "generated_tokens": 0, "prompt_tokens_if_no_reuse": sent}
+    seconds, ran = time.perf_counter() - start, backend.token_counts.since(before)
+    return {"seconds": seconds, "prompt_tokens": ran.prompt_computed, "generated_tokens": 0,
+            "prompt_tokens_if_no_reuse": ran.prompt_sent}
 
 
 def measure_json(backend, prompts, max_tokens: int) -> dict:
     from mascot.annotate.rubric import PERSONA
 
-    start = time.perf_counter()
-    out = backend.json_complete(prompts, PERSONA.json_schema, max_tokens)
-    return {"seconds": time.perf_counter() - start, "prompt_tokens": sum(c.prompt_tokens for c in out),
-            "generated_tokens": sum(c.completion_tokens or 0 for c in out)}
+    before, start = backend.token_counts.snapshot(), time.perf_counter()
+    backend.json_complete(prompts, PERSONA.json_schema, max_tokens)
+    seconds, ran = time.perf_counter() - start, backend.token_counts.since(before)
+    return {"seconds": seconds, "prompt_tokens": ran.prompt_computed, "generated_tokens": ran.generated}
 
 
 def main() -> None:

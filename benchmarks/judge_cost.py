@@ -23,7 +23,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def vllm_counters(base_url: str) -> dict[str, float]:
@@ -45,38 +44,13 @@ def free_port() -> int:
 
 def score(units, params, backend, mode: str):
     from mascot.annotate.rubric import PERSONA
-    from mascot.annotate.score import score_units
+    from mascot.annotate.score import resolve_prompt_style, score_units
 
     p = params.score.model_copy(update={"mode": mode})
-    style = params.score.prompt_style if params.score.prompt_style != "auto" else "plain"
+    style = resolve_prompt_style(params.score)  # as the score stage does: auto takes judge_check's choice
     start = time.perf_counter()
     records = score_units(units, PERSONA, p, backend, None, prompt_style=style)
     return records, time.perf_counter() - start
-
-
-class Counting:
-    """The in-process judge, counting what it computes: prompt tokens (a shared prefix once) and generated ones."""
-
-    def __init__(self, inner):
-        self.inner, self.model_name = inner, inner.model_name
-        self.computed = self.sent = self.generated = 0
-
-    def choice_distribution(self, prompts, choices, progress=None):
-        from inprocess_flops import expected_tokens
-
-        computed, sent = expected_tokens(self.inner, prompts)
-        self.computed, self.sent = self.computed + computed, self.sent + sent
-        return self.inner.choice_distribution(prompts, choices, progress)
-
-    def json_complete(self, prompts, schema, max_tokens, seed=0, progress=None):
-        out = self.inner.json_complete(prompts, schema, max_tokens, seed, progress)
-        tokens = sum(c.prompt_tokens for c in out)
-        self.computed, self.sent = self.computed + tokens, self.sent + tokens
-        self.generated += sum(c.completion_tokens or 0 for c in out)
-        return out
-
-    def close(self):
-        pass
 
 
 def main() -> None:
@@ -109,10 +83,11 @@ def main() -> None:
 
     local = LocalBackend(params.llm.judge)
     for mode in modes:
-        counting = Counting(local)
         mine = units[: args.inprocess_json_candidates] if mode == "json" else units
-        records, seconds = score(mine, params, counting, mode)
-        rows.append(("in-process", mode, len(mine), counting.computed, counting.sent, counting.generated, seconds,
+        before = local.token_counts.snapshot()
+        records, seconds = score(mine, params, local, mode)
+        ran = local.token_counts.since(before)
+        rows.append(("in-process", mode, len(mine), ran.prompt_computed, ran.prompt_sent, ran.generated, seconds,
                      sum(r["status"] == "scored" for r in records)))
         print(f"in-process {mode}: {seconds:.1f} s", file=sys.stderr)
 

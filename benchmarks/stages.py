@@ -28,13 +28,33 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def run(cmd: str, cwd: Path, env: dict) -> tuple[float, str]:
+def run(cmd: str, cwd: Path, env: dict) -> tuple[float, str, int]:
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, shell=True, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if proc.returncode:
-        raise SystemExit(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return seconds, proc.stdout + proc.stderr
+    return time.perf_counter() - start, proc.stdout + proc.stderr, proc.returncode
+
+
+def print_table(label: str, output: str, stats: Path, total: float, failed: bool) -> None:
+    """One row per stage that started, in run order, from what each stage's own process recorded."""
+    order = re.findall(r"Running stage '([^']+)'", output)
+    records = [json.loads(line) for line in stats.read_text().splitlines()] if stats.exists() else []
+    by_stage = {r["command"].split()[-1]: r for r in records}  # `mascot <stage>`; a relaunch's ranks come after
+    print(f"# stages, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, "
+          f"{'GPU' if shutil.which('nvidia-smi') else 'no GPU'}; `dvc repro -f` on {label}")
+    print("| stage | wall s | peak RSS MB | children's peak RSS MB, where above the stage's own |\n"
+          "| --- | ---: | ---: | ---: |")
+    for i, stage in enumerate(order):
+        r = by_stage.get(stage)
+        mark = " (failed)" if failed and i == len(order) - 1 else ""
+        if r is None:  # the stage's process left no record (killed)
+            print(f"| {stage}{mark} | no record | | |")
+            continue
+        # a child spawned by a big process reports the parent's RSS (git, `uname`): only a figure above the
+        # stage's own peak is surely real children (DDP ranks, a vLLM server)
+        children = r["peak_rss_children_mb"]
+        shown = f"{children:.0f}" if children > r["peak_rss_mb"] else ""
+        print(f"| {stage}{mark} | {r['wall_s']:.1f} | {r['peak_rss_mb']:.0f} | {shown} |")
+    print(f"| **all (`dvc repro -f`)** | {total:.1f}{' (failed)' if failed else ''} | | |")
 
 
 def main() -> None:
@@ -44,30 +64,27 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mascot-stages-")) / "repo"
     work.mkdir(parents=True)
-    from mascot.io import copy_tracked_files
+    from mascot.io import fresh_pipeline_copy
 
-    copy_tracked_files(ROOT, work)
     stats = work.parent / "stage_stats.jsonl"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "HF_HUB_OFFLINE": "1", "MASCOT_STAGE_STATS": str(stats), "MASCOT_RESUME_DIR": str(work / ".mascot/resume")}
-    run("git init -q && git add -A && git -c user.email=b@b -c user.name=b commit -qm bench", work, env)
+    env = fresh_pipeline_copy(ROOT, work, MASCOT_STAGE_STATS=str(stats))
+    label = f"profile {args.profile}" if args.profile else "the embedded default"
     if args.profile:
-        run(f"mascot profile {args.profile}", work, env)
-    total, out = run("dvc repro -f", work, env)
-    order = re.findall(r"Running stage '([^']+)'", out)
-    records = [json.loads(line) for line in stats.read_text().splitlines()]
-    by_stage = {r["command"].split()[-1]: r for r in records}  # `mascot <stage>`; a relaunch's ranks come after
-    noop = [run("dvc repro", work, {**env, "MASCOT_STAGE_STATS": ""})[0] for _ in range(3)]
-
-    print(f"# stages, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, "
-          f"{'GPU' if shutil.which('nvidia-smi') else 'no GPU'}; `dvc repro -f` on "
-          f"{'profile ' + args.profile if args.profile else 'the embedded default'}")
-    print("| stage | wall s | peak RSS MB | children's peak RSS MB |\n| --- | ---: | ---: | ---: |")
-    for stage in order:
-        r = by_stage.get(stage, {})
-        print(f"| {stage} | {r.get('wall_s', float('nan')):.1f} | {r.get('peak_rss_mb', float('nan')):.0f} "
-              f"| {r.get('peak_rss_children_mb', float('nan')):.0f} |")
-    print(f"| **all (`dvc repro -f`)** | {total:.1f} | | |")
+        _, out, rc = run(f"mascot profile {args.profile}", work, env)
+        if rc:
+            raise SystemExit(f"mascot profile {args.profile} failed ({rc}):\n{out[-3000:]}")
+    print(f"running `dvc repro -f` in {work} ...", file=sys.stderr, flush=True)
+    total, out, rc = run("dvc repro -f", work, env)
+    print_table(label, out, stats, total, failed=bool(rc))
+    if rc:  # the partial table above, then why, and a failing exit
+        print(f"\n`dvc repro -f` failed ({rc}); its last output:\n{out[-3000:]}", file=sys.stderr)
+        raise SystemExit(1)
+    noop = []
+    for _ in range(3):
+        seconds, out, rc = run("dvc repro", work, {**env, "MASCOT_STAGE_STATS": ""})
+        if rc or "Running stage" in out:
+            raise SystemExit(f"the no-op `dvc repro` ran something or failed ({rc}):\n{out[-3000:]}")
+        noop.append(seconds)
     print(f"\nno-op `dvc repro`: median {statistics.median(noop):.2f} s of {', '.join(f'{x:.2f}' for x in noop)} "
           "(target <= 3 s)")
 

@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def record_stage_stats(path: str, argv: list[str], wall_s: float, status) -> None:
     """One JSON line per `mascot` command (benchmarks/stages.py): wall seconds and the peak RSS of this process
-    and of its children (an accelerate launch's ranks, a vLLM server started here)."""
+    and of its children (an accelerate launch's ranks, a vLLM server started here). Linux gives a child spawned
+    by a large process the parent's RSS at that moment (the pages they share), so a children's figure at or
+    below this process's own peak may be only that (git, `uname`), and says nothing about real children."""
     import json
     import resource
 

@@ -112,6 +112,21 @@ def copy_tracked_files(repo: Path, dest: Path) -> None:
             shutil.copy2(repo / rel, dest / rel)
 
 
+def fresh_pipeline_copy(repo: Path, dest: Path, **extra_env: str) -> dict[str, str]:
+    """`repo`'s committable files as a fresh git repo in `dest`, and the environment to run the pipeline there
+    apart (this interpreter's `mascot`/`dvc` first on PATH, offline, its own resume folder)."""
+    import os
+    import subprocess
+    import sys
+
+    copy_tracked_files(repo, dest)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+           "HF_HUB_OFFLINE": "1", "MASCOT_RESUME_DIR": str(dest / ".mascot/resume"), **extra_env}
+    subprocess.run("git init -q && git add -A && git -c user.email=m@m -c user.name=mascot commit -qm copy",
+                   shell=True, cwd=dest, env=env, check=True, capture_output=True)
+    return env
+
+
 def require_model_dir(path: str, key: str) -> str:
     """Local model folders only at run time (no hub downloads): say which key names a missing one."""
     if not (Path(path) / "config.json").exists() and not (Path(path) / "tokenizer_config.json").exists():

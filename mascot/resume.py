@@ -64,28 +64,33 @@ def run_journaled(keys: list[str], compute, journal: Journal | None, chunk_size:
                   per_key: int = 1, stats: dict | None = None) -> dict[str, dict]:
     """The resumable loop of generate, score and episodes: the records of `keys` (one per key), computed
     `chunk_size` keys at a time by `compute(start, end)` (a list of records for keys[start:end]) and journaled
-    as each chunk finishes. Chunks are fixed over the whole key list, so a chunk redone after a crash gets the
-    same batches and seeds as in a clean run: a resumed run writes exactly what an uninterrupted one would.
-    `per_key` scales the progress bar (e.g. n samples per key). Returns key -> record."""
+    as each chunk finishes. `per_key` scales the progress bar (e.g. n samples per key). Returns key -> record.
+
+    A resumed run writes exactly what an uninterrupted one would. Chunks are fixed over the whole key list, so
+    a chunk redone after a crash gets the same batches and seeds; and a record is journaled under its key and
+    its chunk's members, because an in-process batch's sampling (one RNG stream per batch, padding) depends on
+    what else is in it: a record made in another chunk (another `max_queries`, batch size or key order) is
+    recomputed, not reused."""
     from mascot.progress import bar
 
-    done = {key: journal.get(key) for key in keys if journal and journal.get(key)}
+    chunks = [(start, min(start + chunk_size, len(keys))) for start in range(0, len(keys), chunk_size)]
+    journal_key = {key: f"{key}@{fingerprint(keys[start:end])}" for start, end in chunks for key in keys[start:end]}
+    done = {key: journal.get(journal_key[key]) for key in keys if journal and journal.get(journal_key[key])}
     if stats is not None:
         stats.update(reused=len(done), total=len(keys))
     progress = bar(len(keys) * per_key, label, initial=len(done) * per_key)
-    for start in range(0, len(keys), chunk_size):
-        end = min(start + chunk_size, len(keys))
+    for start, end in chunks:
         if all(key in done for key in keys[start:end]):
             continue
         for key, record in zip(keys[start:end], compute(start, end), strict=True):
             if key not in done:  # a key already journaled keeps its record (recomputed identically anyway)
                 done[key] = record
                 if journal:
-                    journal.add(key, record)
+                    journal.add(journal_key[key], record)
         if journal:
             journal.flush()
         progress.update((end - start) * per_key)
     progress.close()
     if journal:
-        journal.retain(set(keys))
+        journal.retain(set(journal_key.values()))
     return done

@@ -1,7 +1,6 @@
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -76,12 +75,9 @@ def ran_stages(output: str) -> set[str]:
 @pytest.fixture(scope="session")
 def dvc_repo(repo_root, tmp_path_factory):
     """A copy of the project (the files git would commit) as a fresh git + DVC repo on the tiny profile."""
-    from mascot.io import copy_tracked_files
+    from mascot.io import fresh_pipeline_copy
 
     work = tmp_path_factory.mktemp("pipeline") / "repo"
-    copy_tracked_files(repo_root, work)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "HF_HUB_OFFLINE": "1", "MASCOT_RESUME_DIR": str(work / ".mascot/resume")}
-    sh("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init", work, env)
+    env = fresh_pipeline_copy(repo_root, work)
     sh("mascot profile tiny", work, env)
     return work, env

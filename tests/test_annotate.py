@@ -55,7 +55,7 @@ def test_generate_records_and_resume(tiny_backend, personas, demo_queries, tmp_p
                         "prompt_tokens", "completion_tokens", "finish_reason"}
     assert rec["sampling"]["seed"] and rec["persona"] in personas
     backend.samples = 0
-    again = generate_candidates(demo_queries, personas, params, backend, Journal("generate", tmp_path))
+    again = generate_candidates(demo_queries, personas, params, backend, Journal("generate", tmp_path), chunk_size=1)
     assert backend.samples == 0 and again == first  # all reused, nothing recomputed
     changed = GenerateParams(num_agents_per_query=2, max_tokens=6, temperature=0.5)
     generate_candidates(demo_queries, personas, changed, backend, Journal("generate", tmp_path))
@@ -116,6 +116,32 @@ def test_parse_json_scores_rejects_out_of_range():
     good["perceived_empathy"]["score"] = 6
     with pytest.raises(JudgeParseError, match="perceived_empathy"):
         parse_json_scores(json.dumps(good))
+
+
+def test_a_resumed_run_writes_what_a_clean_run_would_when_the_chunks_change(tmp_path):
+    """In-process sampling depends on the batch (one RNG stream per batch): a record journaled in another chunk
+    (another max_queries or batch size) must be recomputed, not reused."""
+    from mascot.resume import run_journaled
+
+    def batch_dependent(keys):
+        calls = []
+
+        def compute(start, end):
+            calls.append(keys[start:end])
+            return [{"key": k, "batch": "+".join(keys[start:end])} for k in keys[start:end]]
+        return compute, calls
+
+    compute, _ = batch_dependent(["a", "b", "c"])
+    run_journaled(["a", "b", "c"], compute, Journal("j", tmp_path), 4, "x")  # journal: a, b made in a+b+c
+    compute, calls = batch_dependent(["a", "b"])
+    stats = {}
+    resumed = run_journaled(["a", "b"], compute, Journal("j", tmp_path), 4, "x", stats=stats)
+    clean = run_journaled(["a", "b"], batch_dependent(["a", "b"])[0], None, 4, "x")
+    assert resumed == clean and stats["reused"] == 0 and calls == [["a", "b"]]
+    compute, calls = batch_dependent(["a", "b"])
+    stats = {}
+    again = run_journaled(["a", "b"], compute, Journal("j", tmp_path), 4, "x", stats=stats)
+    assert again == clean and stats["reused"] == 2 and calls == []  # the same chunks: all reused
 
 
 def test_journal_ignores_a_torn_last_line_and_retains_current_keys(tmp_path):

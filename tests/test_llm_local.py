@@ -89,3 +89,41 @@ def test_shared_prefill_of_n_samples_matches_separate_prefill(tiny_backend):
 def test_chat_prefill_is_continued(tiny_backend):
     text = tiny_backend._text([{"role": "user", "content": "rate"}, {"role": "assistant", "content": "Ratings:\nx: "}])
     assert text.endswith("Ratings:\nx: ")
+
+
+def test_token_counts_count_a_shared_prefix_once(tiny_backend):
+    """What the judge cost report reads: the KV-reuse path computes the head once and each candidate's middle
+    once; the plain path computes every token it sends; generation counts what it generated."""
+    import torch
+
+    head = "A long shared rubric head that every judge prompt starts with. " * 6
+    replies, dims = ("yes indeed, quite so", "no, never, not once"), ("empathy", "relevance", "persona")
+    prompts = [f"{head}Reply: {reply}\nRatings:\n{dim}: " for reply in replies for dim in dims]
+    encoded = [tiny_backend._token_ids(p) for p in prompts]
+    sent = sum(len(e) for e in encoded)
+
+    before = tiny_backend.token_counts.snapshot()
+    tiny_backend.choice_distribution(prompts, SCORE_CHOICES)
+    reuse = tiny_backend.token_counts.since(before)
+    assert reuse.prompt_sent == sent and reuse.generated == 0
+    # Recount by hand: the longest prefix all share, each reply's longest shared prefix, the rest of each prompt.
+    def shared_len(seqs):
+        return next(i for i in range(min(map(len, seqs))) if len({tuple(s[: i + 1]) for s in seqs}) > 1)
+    head_len = shared_len(encoded)
+    middles = [shared_len(encoded[i: i + 3]) for i in (0, 3)]
+    expected = head_len + sum(m - head_len for m in middles) + sum(
+        len(e) - middles[i // 3] for i, e in enumerate(encoded))
+    assert reuse.prompt_computed == expected < sent / 2
+
+    before = tiny_backend.token_counts.snapshot()
+    ids = torch.tensor(tiny_backend.choice_token_ids(SCORE_CHOICES))
+    tiny_backend._choice_distribution_plain(prompts, ids, SCORE_CHOICES)
+    plain = tiny_backend.token_counts.since(before)
+    assert plain.prompt_sent == plain.prompt_computed == sent
+
+    before = tiny_backend.token_counts.snapshot()
+    out = tiny_backend.sample([SampleRequest("Person: hello\nThe Anchor:", n=3, max_tokens=5, seed=1)])
+    ran = tiny_backend.token_counts.since(before)
+    prompt_len = out[0][0].prompt_tokens
+    assert ran.generated == sum(c.completion_tokens for c in out[0]) > 0
+    assert ran.prompt_sent == 3 * prompt_len and ran.prompt_computed == prompt_len - 1 + 3

@@ -2,10 +2,32 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 
 import torch
 
 from mascot.llm.backend import ChoiceDistribution, Completion, Prompt, SampleRequest, ends_in_assistant, strip_thinking
+
+
+@dataclass
+class TokenCounts:
+    """Tokens a backend has run: prompt tokens sent and computed (a prefix run once for several prompts counts
+    once; padding is not counted), and generated tokens. Benchmarks and cost reports read differences."""
+    prompt_sent: int = 0
+    prompt_computed: int = 0
+    generated: int = 0
+
+    def add(self, sent: int, computed: int, generated: int = 0) -> None:
+        self.prompt_sent += sent
+        self.prompt_computed += computed
+        self.generated += generated
+
+    def since(self, before: "TokenCounts") -> "TokenCounts":
+        return TokenCounts(self.prompt_sent - before.prompt_sent, self.prompt_computed - before.prompt_computed,
+                           self.generated - before.generated)
+
+    def snapshot(self) -> "TokenCounts":
+        return replace(self)
 
 
 class LocalBackend:
@@ -33,6 +55,7 @@ class LocalBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = model
         self.model.eval()
+        self.token_counts = TokenCounts()
 
     def close(self) -> None:
         pass
@@ -76,10 +99,14 @@ class LocalBackend:
         the encoding and a KV cache of all but the last prompt token, one row per text, or None when every
         prompt is distinct (nothing to share)."""
         enc = self._encode(texts)
+        real = enc["attention_mask"].sum(-1).tolist()
         unique = list(dict.fromkeys(texts))
         if len(unique) == len(texts) or enc["input_ids"].shape[1] < 2:
+            self.token_counts.add(sum(real), sum(real))
             return enc, None
         rows = [texts.index(t) for t in unique]
+        # Each distinct prompt but its last token once, then every row's last token in generate.
+        self.token_counts.add(sum(real), sum(real[r] - 1 for r in rows) + len(texts))
         ids, mask = enc["input_ids"][rows, :-1], enc["attention_mask"][rows, :-1]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
         cache = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
@@ -112,6 +139,7 @@ class LocalBackend:
             finish = "stop" if hit_stop or ended or len(ids) < max_tokens else "length"
             text, thought = strip_thinking(text.strip())
             results.append(Completion(text, int(enc["attention_mask"][row].sum()), len(ids), finish, thought))
+        self.token_counts.generated += sum(c.completion_tokens for c in results)
         return results
 
     def _eos_ids(self) -> set[int]:
@@ -171,10 +199,12 @@ class LocalBackend:
         if shared < min_shared_prefix:
             return self._choice_distribution_plain(prompts, ids, choices, progress)
         head_cache = self.model(input_ids=torch.tensor([encoded[0][:shared]]), use_cache=True).cache
+        self.token_counts.add(sum(len(e) for e in encoded), shared)
         results = []
         for start, end in _runs_sharing_more(encoded, shared):
             group = encoded[start:end]
             middle_end = _common_prefix_len(group) if len(group) > 1 else shared
+            self.token_counts.add(0, middle_end - shared + sum(len(e) - middle_end for e in group))
             cache = copy.deepcopy(head_cache)
             if middle_end > shared:
                 self.model.base_model(input_ids=torch.tensor([group[0][shared:middle_end]]), cache=cache,
@@ -207,6 +237,8 @@ class LocalBackend:
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start: start + self.batch_size]
             enc = self._encode(batch)
+            real = int(enc["attention_mask"].sum())
+            self.token_counts.add(real, real)
             hidden = self.model.base_model(**enc).last_hidden_state[:, -1, :]  # left padding: last is real
             results.extend(self._distributions(hidden, ids, choices))
             if progress:
@@ -236,6 +268,7 @@ class LocalBackend:
                 text, thought = strip_thinking(self.tokenizer.decode(ids, skip_special_tokens=True))
                 finish = "length" if len(ids) >= max_tokens else "stop"
                 results.append(Completion(text, int(enc["attention_mask"][row].sum()), len(ids), finish, thought))
+                self.token_counts.add(results[-1].prompt_tokens, results[-1].prompt_tokens, len(ids))
             if progress:
                 progress(len(batch))
         return results

@@ -123,7 +123,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
 
     # every rank says what it trained on (its shard of the pairs); then only the main one goes on
     print(f"{'train_group_rm' if granularity == 'block' else 'train_rm'}{rank_tag()}: {result.global_step} steps on "
-          f"{len(trainer.get_train_dataloader())} batches of {params.batch_size} pairs, "
+          f"{len(trainer.get_train_dataloader())} batches of at most {params.batch_size} pairs, "
           f"train loss {result.training_loss:.4f}", flush=True)
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:
