@@ -92,11 +92,11 @@ def measure_generation(backend, requests, batch_size: int) -> dict:
 
 def judge_workload(params, queries, personas, candidates, n_candidates: int, mode: str):
     from mascot.annotate.rubric import PERSONA
-    from mascot.annotate.score import candidate_units, rubric_prompts
+    from mascot.annotate.score import candidate_units, resolve_prompt_style, rubric_prompts
 
     units = [u for u in candidate_units(candidates, queries, personas) if not u.get("skip")][:n_candidates]
     p = params.score.model_copy(update={"mode": mode})
-    style = params.score.prompt_style if params.score.prompt_style != "auto" else "plain"
+    style = resolve_prompt_style(params.score)  # as the score stage does: auto takes judge_check's choice
     prompts = [rubric_prompts(PERSONA, u["item"], p, style) for u in units]
     return [x for pr in prompts for x in (list(pr["expected"].values()) if mode == "expected" else [pr["json"]])]
 
