@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 import threading
@@ -55,6 +56,7 @@ def stack(dvc_repo):
                             "MLFLOW_TRACKING_PASSWORD": secret_env["MLFLOW_AUTH_ADMIN_PASSWORD"]}}
     yield state
     sh(stack_cmd.format("down"), work, admin_env, check=False)
+    shutil.rmtree(root, ignore_errors=True)  # the database, the bucket and the logs: 70 MB a run otherwise
 
 
 def json_in(text: str):
