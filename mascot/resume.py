@@ -74,8 +74,11 @@ def run_journaled(keys: list[str], compute, journal: Journal | None, chunk_size:
     from mascot.progress import bar
 
     chunks = [(start, min(start + chunk_size, len(keys))) for start in range(0, len(keys), chunk_size)]
-    journal_key = {key: f"{key}@{fingerprint(keys[start:end])}" for start, end in chunks for key in keys[start:end]}
-    done = {key: journal.get(journal_key[key]) for key in keys if journal and journal.get(journal_key[key])}
+    journal_key = {}
+    for start, end in chunks:
+        members = fingerprint(keys[start:end])  # once a chunk, not once a key
+        journal_key.update((key, f"{key}@{members}") for key in keys[start:end])
+    done = {key: record for key in keys if journal and (record := journal.get(journal_key[key]))}
     if stats is not None:
         stats.update(reused=len(done), total=len(keys))
     progress = bar(len(keys) * per_key, label, initial=len(done) * per_key)

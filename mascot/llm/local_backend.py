@@ -139,7 +139,7 @@ class LocalBackend:
             finish = "stop" if hit_stop or ended or len(ids) < max_tokens else "length"
             text, thought = strip_thinking(text.strip())
             results.append(Completion(text, int(enc["attention_mask"][row].sum()), len(ids), finish, thought))
-        self.token_counts.generated += sum(c.completion_tokens for c in results)
+        self.token_counts.add(0, 0, sum(c.completion_tokens for c in results))  # prompts: in _shared_prefill
         return results
 
     def _eos_ids(self) -> set[int]:
