@@ -108,6 +108,11 @@ class EpisodesParams(Block):
     # directive (the ablations; and the tiny profile, whose random-weight model cannot write a directive)
     director: Literal["llm", "random", "round_robin"] = "llm"
     director_style: Literal["chat", "transcript"] = "chat"
+    # llm: decode each directive under its grammar (vLLM structured outputs, xgrammar in-process), so it parses
+    # and names a known agent by construction; measure_unconstrained also samples the branch points freely and
+    # reports that parse rate beside it (metrics/episodes.json)
+    constrain_directives: bool = True
+    measure_unconstrained: bool = True
     director_temperature: float = Field(1.0, ge=0)
     director_max_tokens: int = Field(48, ge=8)
     temperature: float = Field(0.9, ge=0)  # speakers and the simulated user
@@ -242,6 +247,9 @@ class EvaluateGroupParams(Block):
     agent_turns: int = Field(2, ge=1)
     user_turns: bool = False
     director_temperature: float = Field(0.0, ge=0)
+    # the trained and base Directors decode under the directive grammar: the conditions differ in whom they
+    # choose and what they ask, not in whether they keep the format (train_director's metrics report that)
+    constrain_directives: bool = True
     max_tokens: int = Field(40, ge=1)
     conditions: list[Literal["trained", "base", "random", "round_robin"]] = Field(
         ["trained", "base", "random", "round_robin"], min_length=1)

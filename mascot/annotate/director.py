@@ -80,10 +80,13 @@ def block_messages(turns: list[dict]) -> list[dict]:
             else {"role": "assistant", "name": t["speaker"], "content": t["text"]} for t in turns]
 
 
-def director_prompt(personas: dict[str, Persona], context: list[dict], turns: list[dict], style: str) -> tuple[Prompt, tuple[str, ...]]:
+def director_prompt(personas: dict[str, Persona], context: list[dict], turns: list[dict], style: str,
+                    prefill: bool = True) -> tuple[Prompt, tuple[str, ...]]:
     """The Director's prompt and stop strings. `chat` for an instruct model; `transcript` for a small base
-    model. Both end in a written "Agent:" (a chat prompt as the start of the assistant's message), so the
-    completion starts with the agent's name: a small model then keeps the three-line form."""
+    model. With `prefill` both end in a written "Agent:" (a chat prompt as the start of the assistant's
+    message), so the completion starts with the agent's name: a small model then keeps the three-line form.
+    A chat prompt for GRPO is built without it: TRL renders conversational prompts with a generation prompt,
+    which would close the prefill as a message of its own, so there the policy writes the whole directive."""
     team = "".join(f"- {p.name}: {p.role}\n" for p in personas.values())
     task = ("You are the Director of a team of companions talking with a person. The team:\n" + team +
             "At each turn you choose which companion speaks next, what they should do and in what tone. Choose "
@@ -92,13 +95,29 @@ def director_prompt(personas: dict[str, Persona], context: list[dict], turns: li
     conversation = conversation_text(context, turns)
     example = example_directive(personas, conversation)
     if style == "chat":
-        return [{"role": "system", "content": task + " Answer with exactly three lines:\nAgent: <one of: "
-                 + ", ".join(personas) + ">\nAction: <one short instruction>\nTone: <tone>\n\nExample:\n" + example},
-                {"role": "user", "content": f"Conversation so far:\n{conversation}\n\nThe directive for the next "
-                                            "turn:"},
-                {"role": "assistant", "content": "Agent:"}], ()
+        messages = [{"role": "system", "content": task + " Answer with exactly three lines:\nAgent: <one of: "
+                     + ", ".join(personas) + ">\nAction: <one short instruction>\nTone: <tone>\n\nExample:\n"
+                     + example},
+                    {"role": "user", "content": f"Conversation so far:\n{conversation}\n\nThe directive for the "
+                                                "next turn:"}]
+        return (messages + [{"role": "assistant", "content": "Agent:"}] if prefill else messages), ()
     return (f"{task}\n\nExample directive:\n{example}\n\nConversation so far:\n{conversation}\n\n"
             "Directive for the next turn:\nAgent:"), ("\n\n",)
+
+
+def directive_pattern(agents: list[str], after_agent_label: bool = True) -> str:
+    """The three-line directive as a regular expression, for decoding under a grammar (vLLM's structured
+    outputs, xgrammar in-process): the agent is one of `agents`, so a directive parses and names a real
+    speaker by construction. `after_agent_label`: the prompt already ends in "Agent:"."""
+    names = "|".join(_regex_literal(a) for a in agents)
+    head = " " if after_agent_label else "Agent: "
+    # bounded so that a whole directive fits a Director budget of 48 tokens (Qwen's tokenizer: about 30); one cut
+    # at max_tokens still fails to parse and is recorded as invalid
+    return head + "(" + names + ")\\nAction: [^\\n]{1,60}\\nTone: [^\\n]{1,20}"
+
+
+def _regex_literal(text: str) -> str:
+    return "".join("\\" + ch if ch in r".^$*+?()[]{}|\/" else ch for ch in text)
 
 
 def example_directive(personas: dict[str, Persona], conversation: str) -> str:
@@ -112,9 +131,13 @@ def example_directive(personas: dict[str, Persona], conversation: str) -> str:
     return f"Agent: {p.name}\nAction: {p.description.split(';')[0].rstrip('.')}.\nTone: {p.tone.capitalize()}"
 
 
-def directive_text(completion: str, style: str = "chat") -> str:
-    """The directive a completion holds: it continues after the prompt's "Agent:"."""
-    return "Agent:" + completion
+def directive_text(completion, prefilled: bool = True) -> str:
+    """The directive a completion holds. Plain text continues after the prompt's "Agent:" (`prefilled`), or is
+    the whole directive; a conversational completion (TRL passes a list of messages) is the assistant's whole
+    message."""
+    if isinstance(completion, list):
+        return "\n".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
+    return "Agent:" + completion if prefilled else completion
 
 
 def speaker_prompt_under(persona: Persona, directive: Directive, context: list[dict], turns: list[dict]) -> Prompt:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mascot.annotate.director import (GENERIC_ACTION, GENERIC_TONE, DirectiveError, clean_turn, director_prompt,
-                                      directive_text, parse_directive, speaker_prompt_under, user_prompt)
+                                      directive_pattern, directive_text, parse_directive, speaker_prompt_under,
+                                      user_prompt)
 from mascot.annotate.generate import request_seed
 from mascot.data.personas import Persona
 from mascot.llm.backend import Completion, SampleRequest
@@ -67,22 +68,43 @@ class Sampling:
 
 class LLMDirector:
     """A language model writes each directive (an instruct model in chat style, or a base/GRPO model in
-    transcript style)."""
+    transcript style). `constrained`: decoded under the directive's grammar, so that it parses and names a
+    known agent by construction. `prefill`: a chat prompt ends in "Agent:" (a GRPO-trained chat Director was
+    trained without it; a transcript prompt always has it)."""
 
-    def __init__(self, backend, personas: dict[str, Persona], style: str, sampling: Sampling):
+    def __init__(self, backend, personas: dict[str, Persona], style: str, sampling: Sampling,
+                 constrained: bool = False, prefill: bool = True):
         self.backend, self.personas, self.style, self.sampling = backend, personas, style, sampling
+        self.constrained, self.prefill = constrained, prefill or style == "transcript"
         self.name = backend.model_name
 
     def settings(self) -> dict:
-        return {**self.sampling.__dict__, "style": self.style}
+        return {**self.sampling.__dict__, "style": self.style, "constrained": self.constrained,
+                "prefill": self.prefill}
 
     def propose(self, branches: list[Branch], n: int = 1) -> list[list[str]]:
+        regex = directive_pattern(list(self.personas), self.prefill) if self.constrained else None
         reqs = []
         for b in branches:
-            prompt, stop = director_prompt(self.personas, b.context, b.turns, self.style)
+            prompt, stop = director_prompt(self.personas, b.context, b.turns, self.style, self.prefill)
             s = self.sampling
-            reqs.append(SampleRequest(prompt, n, s.temperature, s.top_p, s.max_tokens, stop, b.seed(s.seed, "director")))
-        return [[directive_text(c.text, self.style) for c in group] for group in self.backend.sample(reqs)]
+            reqs.append(SampleRequest(prompt, n, s.temperature, s.top_p, s.max_tokens, stop, b.seed(s.seed, "director"),
+                                      regex))
+        return [[directive_text(c.text, self.prefill) for c in group] for group in self.backend.sample(reqs)]
+
+
+def parse_rate(raws: list[str], names: list[str]) -> dict:
+    """How many raw directives parse, and why the others do not."""
+    from collections import Counter
+
+    reasons = Counter()
+    for raw in raws:
+        try:
+            parse_directive(raw, names)
+        except DirectiveError as exc:
+            reasons["unknown agent" if "unknown agent" in str(exc) else "missing field"] += 1
+    return {"directives": len(raws), "parse_rate": round(1 - sum(reasons.values()) / len(raws), 4) if raws else None,
+            "invalid_reasons": dict(reasons)}
 
 
 class ScriptedDirector:
@@ -233,18 +255,33 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/grou
     personas = load_personas(params.prepare.personas_file)
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     director_backend = (make_backend(params.llm.director, "llm.director") if params.llm.director else speaker)
-    director = (LLMDirector(director_backend, personas, p.director_style, director_sampling(p)) if p.director == "llm"
+    director = (LLMDirector(director_backend, personas, p.director_style, director_sampling(p),
+                            constrained=p.constrain_directives) if p.director == "llm"
                 else ScriptedDirector(personas, p.director, p.seed))
     journal, stats = Journal("episodes"), {}
     chunk = max(1, params.llm.speaker.batch_size // p.branches)  # one rollout batch holds a chunk's branches
+    unconstrained = None
     try:
         episodes = generate_episodes(queries, personas, p, director, speaker, journal, chunk_size=chunk, stats=stats)
+        if p.director == "llm" and p.constrain_directives and p.measure_unconstrained:
+            # the same branch-point prompts and seeds, sampled freely: what the grammar is doing for this model
+            free = LLMDirector(director_backend, personas, p.director_style, director_sampling(p))
+            raws = free.propose([Branch(q["query_id"], -1, q["context"]) for q in queries], n=p.branches)
+            unconstrained = parse_rate([r for group in raws for r in group], list(personas))
     finally:
         journal.close()
         speaker.close()
         director_backend.close()
     write_jsonl(out, episodes)
-    m = {**episode_metrics(episodes), "resumed_prefixes": stats["reused"]}
+    m = {**episode_metrics(episodes), "resumed_prefixes": stats["reused"],
+         "directives_constrained": p.director == "llm" and p.constrain_directives}
+    if unconstrained:
+        m.update(directive_parse_rate_unconstrained=unconstrained["parse_rate"],
+                 unconstrained_invalid_reasons=unconstrained["invalid_reasons"],
+                 unconstrained_directives=unconstrained["directives"])
     write_json(metrics, m)
     print(f"episodes: {m['episodes']} branches of {m['prefixes']} prefixes ({m['valid_branches']} valid, "
-          f"{m['invalid_branches']} invalid: {m['invalid_reasons']}) -> {out}")
+          f"{m['invalid_branches']} invalid: {m['invalid_reasons']}), directive parse rate {m['directive_parse_rate']}"
+          + (" under the directive grammar" if m["directives_constrained"] else "")
+          + (f"; sampled freely at the branch points: {unconstrained['parse_rate']} of {unconstrained['directives']} "
+             f"({unconstrained['invalid_reasons'] or 'all parse'})" if unconstrained else "") + f" -> {out}")

@@ -22,6 +22,7 @@ class SampleRequest:
     max_tokens: int = 64
     stop: tuple[str, ...] = ()
     seed: int = 0
+    regex: str | None = None  # decode under this regular expression (a grammar): the reply matches it
 
 
 @dataclass(frozen=True)

@@ -83,12 +83,12 @@ class LocalBackend:
             chunk = flat[start: start + self.batch_size]
             groups: dict[tuple, list[tuple[int, SampleRequest]]] = {}
             for i, r in chunk:
-                key = (r.temperature, r.top_p, r.max_tokens, r.stop, isinstance(r.prompt, str))
+                key = (r.temperature, r.top_p, r.max_tokens, r.stop, r.regex, isinstance(r.prompt, str))
                 groups.setdefault(key, []).append((i, r))
-            for (temperature, top_p, max_tokens, stop, _), items in groups.items():
+            for (temperature, top_p, max_tokens, stop, regex, _), items in groups.items():
                 torch.manual_seed(items[0][1].seed + start)
                 for i, completion in zip([i for i, _ in items], self._generate(
-                        [self._text(r.prompt) for _, r in items], temperature, top_p, max_tokens, stop)):
+                        [self._text(r.prompt) for _, r in items], temperature, top_p, max_tokens, stop, regex)):
                     out[i].append(completion)
             if progress:
                 progress(len(chunk))
@@ -114,9 +114,14 @@ class LocalBackend:
         cache.reorder_cache(torch.tensor([unique.index(t) for t in texts]))
         return enc, cache
 
-    def _generate(self, texts, temperature, top_p, max_tokens, stop) -> list[Completion]:
+    def _generate(self, texts, temperature, top_p, max_tokens, stop, regex: str | None = None) -> list[Completion]:
         enc, cache = self._shared_prefill(texts)
         kwargs = dict(max_new_tokens=max_tokens, pad_token_id=self.tokenizer.pad_token_id)
+        if regex:
+            from xgrammar.contrib.hf import LogitsProcessor
+
+            # xgrammar's processor keeps matcher state: one per generate call
+            kwargs["logits_processor"] = [LogitsProcessor(self._compiled("regex", regex))]
         if cache is not None:
             kwargs["cache"] = cache
         if temperature > 0:
@@ -146,15 +151,18 @@ class LocalBackend:
         eos = self.model.generation_config.eos_token_id
         return set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
 
-    def _compiled_schema(self, schema_json: str):
-        """Compile a JSON schema for this tokenizer once per backend (it takes seconds on a large vocab)."""
+    def _compiled(self, kind: str, source: str):
+        """Compile a grammar ("json" schema or "regex") for this tokenizer once per backend (it takes seconds on
+        a large vocabulary)."""
         cache = self.__dict__.setdefault("_grammars", {})
-        if schema_json not in cache:
+        if (kind, source) not in cache:
             import xgrammar
 
             info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
-            cache[schema_json] = xgrammar.GrammarCompiler(info).compile_json_schema(schema_json, any_whitespace=False)
-        return cache[schema_json]
+            compiler = xgrammar.GrammarCompiler(info)
+            cache[kind, source] = (compiler.compile_json_schema(source, any_whitespace=False) if kind == "json"
+                                   else compiler.compile_regex(source))
+        return cache[kind, source]
 
     def choice_token_ids(self, choices: list[str]) -> list[int]:
         ids = []
@@ -251,7 +259,7 @@ class LocalBackend:
         """Grammar-constrained decoding (xgrammar): the output always parses under `schema`."""
         from xgrammar.contrib.hf import LogitsProcessor
 
-        compiled = self._compiled_schema(json.dumps(schema, sort_keys=True))
+        compiled = self._compiled("json", json.dumps(schema, sort_keys=True))
         prompts = [self._text(p) for p in prompts]
         results = []
         for start in range(0, len(prompts), self.batch_size):

@@ -171,12 +171,13 @@ class OpenAIBackend:
             common["seed"] = r.seed
         # vLLM returns each choice's token ids when asked (other servers ignore the field): the real
         # per-candidate count. Without them only the request's total is known, so n > 1 records None.
+        extra = {"return_token_ids": True, **({"structured_outputs": {"regex": r.regex}} if r.regex else {})}
         if isinstance(r.prompt, str):
-            resp = await client.completions.create(prompt=r.prompt, **common, extra_body={"return_token_ids": True})
+            resp = await client.completions.create(prompt=r.prompt, **common, extra_body=extra)
             texts = [(c.text, c.finish_reason, c) for c in resp.choices]
         else:
             kwargs = self._chat_kwargs(r.prompt)
-            kwargs["extra_body"]["return_token_ids"] = True
+            kwargs["extra_body"].update(extra)
             resp = await client.chat.completions.create(**kwargs, **common)
             texts = [(c.message.content or "", c.finish_reason, c) for c in resp.choices]
         prompt_tokens = resp.usage.prompt_tokens if resp.usage else 0

@@ -32,7 +32,8 @@ def director_states(episodes: list[dict], queries: dict[str, dict], personas: di
             if nxt is not None:
                 states.append(e["turns"][:nxt])
         for turns in states:
-            prompt, _ = director_prompt(personas, context, turns, params.prompt_style)
+            # a chat prompt without the "Agent:" prefill: TRL adds a generation prompt (see director_prompt)
+            prompt, _ = director_prompt(personas, context, turns, params.prompt_style, prefill=False)
             previous = next((t["speaker"] for t in reversed(turns) if t["role"] == "agent"), "")
             rows.append({"prompt": prompt, "query_id": e["query_id"], "context": json.dumps(context),
                          "turns": json.dumps(turns), "previous_speaker": previous})
@@ -42,23 +43,27 @@ def director_states(episodes: list[dict], queries: dict[str, dict], personas: di
     return rows[: params.max_prompts] if params.max_prompts else rows
 
 
-def _parsed(completion, style: str, names: list[str]):
+def _parsed(completion, names: list[str]):
     try:
-        return parse_directive(directive_text(completion, style), names)
+        return parse_directive(directive_text(completion), names)
     except DirectiveError:
         return None
 
 
 def make_director_rewards(scorer, speaker_backend, personas: dict, params: DirectorParams,
-                          rollout_sampling: Sampling) -> list:
-    names, style = list(personas), params.prompt_style
+                          rollout_sampling: Sampling, constrain_follow: bool = False) -> list:
+    """The Director's three rewards. Completions are plain text (a transcript prompt, continued after its
+    "Agent:") or, for a chat prompt, message lists (TRL's conversational format); `directive_format` counts
+    which it saw (`completion_kinds`), so the stage can say that a chat Director trained on messages."""
+    names = list(personas)
+    completion_kinds = {"conversational": 0, "plain": 0}
 
     def group_reward_model(prompts, completions, query_id, context, turns, **_) -> list[float]:
         branches = [Branch(q, i, json.loads(c), json.loads(t)) for i, (q, c, t) in enumerate(zip(query_id, context, turns))]
-        # the episodes' Director (the speaker model) writes any directive after the first
-        follow = LLMDirector(speaker_backend, personas, "chat", rollout_sampling)
+        # the episodes' Director (the speaker model) writes any directive after the first, as in episodes
+        follow = LLMDirector(speaker_backend, personas, "chat", rollout_sampling, constrained=constrain_follow)
         roll_forward(branches, params.rollout_turns, follow, speaker_backend, personas, rollout_sampling,
-                     first=[directive_text(c, style) for c in completions])
+                     first=[directive_text(c) for c in completions])
         valid = [i for i, b in enumerate(branches) if b.valid]
         scores = dict(zip(valid, scorer.score([(None, branches[i].context, block_messages(branches[i].turns))
                                                for i in valid]))) if valid else {}
@@ -67,12 +72,16 @@ def make_director_rewards(scorer, speaker_backend, personas: dict, params: Direc
         return [scores.get(i, floor) for i in range(len(branches))]
 
     def directive_format(prompts, completions, **_) -> list[float]:
-        return [float(_parsed(c, style, names) is not None) for c in completions]
+        for c in completions:
+            completion_kinds["conversational" if isinstance(c, list) else "plain"] += 1
+        return [float(_parsed(c, names) is not None) for c in completions]
+
+    directive_format.completion_kinds = completion_kinds
 
     def speaker_diversity(prompts, completions, previous_speaker, **_) -> list[float]:
         out = []
         for c, prev in zip(completions, previous_speaker):
-            d = _parsed(c, style, names)
+            d = _parsed(c, names)
             out.append(-1.0 if d is not None and prev and d.agent == prev else 0.0)
         return out
 
@@ -105,17 +114,21 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
             "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri, "speaker_model": speaker.model_name,
             "base_model": p.base_model, "granularity": "block"}
 
+    rewards = make_director_rewards(scorer, speaker, personas, p, rollout, params.episodes.constrain_directives)
+
     def format_figures(history: list[dict]) -> dict:
+        # the policy samples freely (its format reward teaches the form): this is its unconstrained parse rate
         fmt = [h.get("rewards/directive_format/mean") for h in history]
         return {"directive_format_first_step": fmt[0] if fmt else None,
-                "directive_format_last_step": fmt[-1] if fmt else None}
+                "directive_format_last_step": fmt[-1] if fmt else None,
+                "completion_kinds": dict(rewards[1].completion_kinds)}
 
     series = {plots_path: ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
                            "rewards/speaker_diversity/mean", "completions/mean_length"]}
     try:
         metrics, version = run_policy_stage(
             params, "train_director", p, params.mlflow.director_experiment, rows,
-            make_director_rewards(scorer, speaker, personas, p, rollout),
+            rewards,
             [p.reward_weight, p.format_weight, p.diversity_weight], tags,
             "LoRA Director policy (one directive per completion) trained with GRPO", out_dir, metrics_path, series,
             format_figures)

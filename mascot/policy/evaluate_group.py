@@ -118,7 +118,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
             director = LLMDirector(LocalBackend.from_model(model, tokenizer, f"{d.base_model}+{condition}",
                                                            params.llm.speaker.batch_size),
                                    personas, d.prompt_style, Sampling(p.director_temperature, 1.0,
-                                                                      d.max_completion_length, p.seed))
+                                                                      d.max_completion_length, p.seed),
+                                   constrained=p.constrain_directives, prefill=False)  # as train_director trained it
         else:
             director = ScriptedDirector(personas, condition, p.seed)
         branches = [Branch(q["query_id"], 0, q["context"]) for q in queries]

@@ -1,0 +1,95 @@
+"""The real profile's own code paths, on tiny models: the chat Director under GRPO, trainer_args, the hub stage,
+profiles that compose."""
+import json
+
+import pytest
+
+from mascot.annotate.episodes import Sampling
+
+CHAT_DIRECTIVE = [{"role": "assistant", "content": "Agent: The Anchor\nAction: Validate the feeling.\nTone: warm"}]
+CHAT_UNKNOWN = [{"role": "assistant", "content": "Agent: The Ability\nAction: x\nTone: y"}]
+CHAT_PARTIAL = [{"role": "assistant", "content": "Agent: Action Guide\nAction: One small step."}]
+
+
+class LengthScorer:
+    def score(self, items):
+        return [float(sum(len(m["content"]) for m in block)) for _, _, block in items]
+
+
+def test_director_rewards_read_conversational_completions(tiny_backend, personas):
+    """TRL hands a reward function the completions of a conversational prompt as message lists."""
+    from mascot.config import DirectorParams
+    from mascot.policy.director import make_director_rewards
+
+    rm, fmt, div = make_director_rewards(LengthScorer(), tiny_backend, personas,
+                                         DirectorParams(rollout_turns=1, prompt_style="chat"), Sampling(max_tokens=4))
+    completions = [CHAT_DIRECTIVE, CHAT_UNKNOWN, CHAT_PARTIAL]
+    cols = dict(query_id=["q"] * 3, context=[json.dumps([{"role": "user", "content": "hi"}])] * 3,
+                turns=[json.dumps([])] * 3, previous_speaker=["The Anchor", "", ""])
+    assert fmt(None, completions) == [1.0, 0.0, 0.0]
+    assert div(None, completions, **cols) == [-1.0, 0.0, 0.0]
+    rewards = rm(None, completions, **cols)
+    assert rewards[1] == rewards[2] == rewards[0] - 1.0
+
+
+def test_chat_director_prompts_leave_the_whole_directive_to_the_policy(personas):
+    """TRL renders a conversational prompt with a generation prompt, so an "Agent:" prefill would be closed as a
+    message of its own: the chat Director's training prompt ends in the user's turn."""
+    from mascot.config import DirectorParams
+    from mascot.policy.director import director_states
+
+    episodes = [{"episode_id": "p|b0", "query_id": "p", "prefix_id": "p", "valid": True,
+                 "turns": [{"role": "agent", "speaker": "The Anchor", "text": "I hear you."}]}]
+    queries = {"p": {"query_id": "p", "context": [{"role": "user", "content": "I feel low."}]}}
+    rows = director_states(episodes, queries, personas, DirectorParams(prompt_style="chat"))
+    assert all(r["prompt"][-1]["role"] == "user" for r in rows)
+
+
+def test_grpo_trains_a_chat_director_on_conversational_completions(tiny_model_dir, tiny_backend, personas, tmp_path,
+                                                                   monkeypatch):
+    """The real profile's train_director: chat prompts, so TRL passes message lists to every reward function."""
+    import mlflow
+    from safetensors.torch import load_file
+
+    from mascot.config import DirectorParams, LoraParams
+    from mascot.policy.director import director_states, make_director_rewards
+    from mascot.policy.grpo import train_policy
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    params = DirectorParams(base_model=str(tiny_model_dir), prompt_style="chat", num_generations=2,
+                            max_completion_length=8, max_steps=2, learning_rate=1e-2, rollout_max_tokens=4,
+                            lora=LoraParams(r=4, alpha=8))
+    episodes = [{"episode_id": f"{q}|b0", "query_id": q, "prefix_id": q, "valid": True, "turns": []}
+                for q in ("p1", "p2")]
+    queries = {q: {"query_id": q, "context": [{"role": "user", "content": f"I feel low {q}."}]} for q in ("p1", "p2")}
+    rows = director_states(episodes, queries, personas, params)
+    seen = []
+    funcs = make_director_rewards(LengthScorer(), tiny_backend, personas, params, Sampling(max_tokens=4))
+
+    def spy(prompts, completions, **kw):  # a random model's directives never parse: this gives the group a spread
+        seen.extend(completions)
+        return [float(len(c[0]["content"])) for c in completions]
+    with mlflow.start_run():
+        result = train_policy(rows, [*funcs, spy], [1.0, 1.0, 0.2, 1.0], params, tmp_path / "director", tmp_path / "ck")
+    assert len(result["history"]) == 2
+    assert seen and all(isinstance(c, list) and c[0]["role"] == "assistant" for c in seen)
+    assert funcs[1].completion_kinds == {"conversational": len(seen), "plain": 0}
+    weights = load_file(tmp_path / "director/adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)
+
+
+@pytest.mark.parametrize("style,prefill", [("chat", True), ("chat", False), ("transcript", True)])
+def test_a_constrained_director_parses_by_construction(tiny_backend, personas, style, prefill):
+    """A random-weight model writes no directive freely; under the directive grammar every one parses and
+    names a known agent."""
+    from mascot.annotate.director import parse_directive
+    from mascot.annotate.episodes import Branch, LLMDirector, parse_rate
+
+    prefixes = [Branch(f"q{i}", -1, [{"role": "user", "content": f"I can't sleep {i}."}]) for i in range(3)]
+    sampling = Sampling(temperature=1.0, max_tokens=96, seed=3)  # the real profile's budget
+    free = LLMDirector(tiny_backend, personas, style, sampling, prefill=prefill).propose(prefixes, n=2)
+    assert parse_rate([r for g in free for r in g], list(personas))["parse_rate"] == 0.0
+    bound = LLMDirector(tiny_backend, personas, style, sampling, constrained=True, prefill=prefill).propose(prefixes, n=2)
+    directives = [parse_directive(r, list(personas)) for g in bound for r in g]
+    assert len(directives) == 6 and all(d.agent in personas and d.action and d.tone for d in directives)
