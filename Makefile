@@ -4,7 +4,6 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
-export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup repro test ui vllm-env stack-deps

@@ -68,7 +68,8 @@ def _main(argv: list[str]) -> int:
         from mascot.stack import main as stack_main
 
         return stack_main(argv[1:])
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # no HF_HUB_OFFLINE here: only the base_model/small_model stages' hub source talks to a hub, and every other
+    # stage reads local folders (the embedded default is offline because its sources are local)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = argparse.ArgumentParser(prog="mascot", description="MASCOT persona reward-model pipeline")
     parser.add_argument("--params", default="params.yaml", help="the parameters file (default: params.yaml)")

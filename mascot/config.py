@@ -17,16 +17,24 @@ class Block(BaseModel):
 
 
 class BaseModelParams(Block):
-    source: Literal["qwen2.5-0.5b-instruct-gguf", "gemma3-270m-gguf", "tiny", "path"] = "qwen2.5-0.5b-instruct-gguf"
-    path: str | None = None  # for source=path: a local folder or a hub id
+    source: Literal["qwen2.5-0.5b-instruct-gguf", "gemma3-270m-gguf", "tiny", "path", "hub"] = \
+        "qwen2.5-0.5b-instruct-gguf"
+    path: str | None = None  # source path: a local model folder, copied as is
+    # source hub: downloaded once into out_dir at this revision (a tag, a branch or a commit); the commit it
+    # resolved to is recorded (metrics/<stage>.json, the folder's mascot_source.json, every training run)
+    repo: str | None = None
+    revision: str | None = None
     out_dir: str = "models/base"
     tiny_hidden_size: int = Field(64, ge=16)
     seed: int = 0
 
     @model_validator(mode="after")
-    def _path_needed(self):
+    def _source_fields(self):
         if self.source == "path" and not self.path:
-            raise ValueError("source 'path' needs base_model.path (a local model folder or a hub id)")
+            raise ValueError("source 'path' needs path (a local model folder; a hub model is source 'hub')")
+        if self.source == "hub" and not (self.repo and self.revision):
+            raise ValueError("source 'hub' needs repo and revision (a tag or a commit: the download is pinned, so "
+                             "two runs train on the same weights)")
         return self
 
 

@@ -71,7 +71,20 @@ def git_state() -> dict[str, str]:
 
 def lineage_tags(pairs_path: str | Path, base_model: str, template_hash: str) -> dict[str, str]:
     return {**git_state(), "pairs_md5": file_md5(pairs_path), "pairs_path": str(pairs_path),
-            "base_model": base_model, "reward_template_hash": template_hash}
+            "base_model": base_model, "reward_template_hash": template_hash, **base_model_tags(base_model)}
+
+
+def base_model_tags(folder: str | Path) -> dict[str, str]:
+    """Where a base model folder came from (the `base_model` stage's mascot_source.json): a hub model's repo and
+    the commit its revision resolved to, so a run says which weights it trained on."""
+    import json
+
+    try:
+        source = json.loads((Path(folder) / "mascot_source.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {f"base_model_{k}": str(v) for k, v in source.items() if k in ("source", "repo", "revision", "commit",
+                                                                           "sha256")}
 
 
 REGISTRATION_TAG = "mascot_registration"

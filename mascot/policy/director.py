@@ -112,7 +112,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     rollout = Sampling(**{**speaker_sampling(params.episodes).__dict__, "max_tokens": p.rollout_max_tokens})
     tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
             "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri, "speaker_model": speaker.model_name,
-            "base_model": p.base_model, "granularity": "block"}
+            "base_model": p.base_model, "granularity": "block", **registry.base_model_tags(p.base_model)}
 
     rewards = make_director_rewards(scorer, speaker, personas, p, rollout, params.episodes.constrain_directives)
 

@@ -189,7 +189,8 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     rows = grpo_prompts(queries, load_jsonl(pairs_path), personas, p)
     tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
             "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri,
-            "personas": ",".join(sorted({r["persona"] for r in rows})), "base_model": p.base_model}
+            "personas": ",".join(sorted({r["persona"] for r in rows})), "base_model": p.base_model,
+            **registry.base_model_tags(p.base_model)}
     series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean"],
               str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
     metrics, version = run_policy_stage(
