@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class Block(BaseModel):
@@ -210,6 +210,17 @@ class TrainRMParams(LaunchFields):
     save_total_limit: int = Field(3, ge=1)
     use_margin: bool = False  # TRL's margin loss: -logsigmoid(r_c - r_r - margin)
     seed: int = 0
+    # passed through to TRL's RewardConfig (bf16, gradient_checkpointing, deepspeed, warmup_ratio, ...): checked
+    # against it at start-up; a key this block already has (batch_size, learning_rate, ...) is refused
+    trainer_args: dict[str, Any] = {}
+
+    @field_validator("trainer_args")
+    @classmethod
+    def _trainer_args(cls, value):
+        from mascot.trainer_args import check_trainer_args
+
+        check_trainer_args(value, "reward")
+        return value
 
 
 class PromoteParams(Block):
@@ -237,6 +248,17 @@ class GRPOParams(LaunchFields):
     format_weight: float = 0.5
     max_prompts: int | None = Field(None, ge=1)
     seed: int = 0
+    # passed through to TRL's GRPOConfig (bf16, gradient_checkpointing, use_vllm, vllm_mode, num_iterations,
+    # loss_type, deepspeed, ...): checked against it at start-up; a key this block already has is refused
+    trainer_args: dict[str, Any] = {}
+
+    @field_validator("trainer_args")
+    @classmethod
+    def _trainer_args(cls, value):
+        from mascot.trainer_args import check_trainer_args
+
+        check_trainer_args(value, "grpo")
+        return value
 
 
 class DirectorParams(GRPOParams):

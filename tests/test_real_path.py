@@ -165,3 +165,34 @@ def test_an_unreachable_hub_is_one_line_that_says_what_to_do(repo_root, tmp_path
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("mascot base_model: error: base_model: cannot download org/tiny-chat@v1.0")
     assert ("unset it" if offline == "1" else "set HF_ENDPOINT") in lines[0] and "{source: path" in lines[0]
+
+
+def test_trainer_args_reach_trls_configs(tmp_path):
+    from mascot.config import GRPOParams, TrainRMParams
+    from mascot.policy.grpo import grpo_config
+    from mascot.trainer_args import build_config
+
+    rm = TrainRMParams(trainer_args={"warmup_steps": 3, "lr_scheduler_type": "constant", "max_grad_norm": 0.5})
+    config = build_config("reward", {"output_dir": str(tmp_path), "use_cpu": True, "bf16": False}, rm.trainer_args)
+    assert (config.warmup_steps, config.lr_scheduler_type.value, config.max_grad_norm) == (3, "constant", 0.5)
+    grpo = GRPOParams(trainer_args={"num_iterations": 2, "epsilon": 0.3, "loss_type": "grpo"})
+    config = grpo_config(grpo, tmp_path, 8, [1.0, 0.5], on_gpu=False)
+    assert (config.num_iterations, config.epsilon, config.loss_type) == (2, 0.3, "grpo")
+    assert config.num_generations == grpo.num_generations and config.per_device_train_batch_size == 8  # ours kept
+
+
+def test_unknown_or_owned_trainer_args_are_refused_with_their_names(repo_root):
+    import yaml
+
+    from mascot.config import ConfigError, parse_params
+
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["train_rm"]["trainer_args"] = {"bf16x": True, "learning_rate": 1e-4}
+    raw["train_director"]["trainer_args"] = {"use_vllmm": True}
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    message = str(err.value)
+    print(message)
+    assert "train_rm.trainer_args" in message and "'bf16x' is not a field of TRL's RewardConfig (did you mean 'bf16'?)" in message
+    assert "'learning_rate' has its own key in this block: set learning_rate" in message
+    assert "train_director.trainer_args" in message and "did you mean 'use_vllm'?" in message

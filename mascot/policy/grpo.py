@@ -29,6 +29,21 @@ def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params:
     return rows[: params.max_prompts] if params.max_prompts else rows
 
 
+def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int, reward_weights: list[float],
+                on_gpu: bool):
+    """TRL's GRPOConfig from the block, with its trainer_args on top."""
+    from mascot.trainer_args import build_config
+
+    return build_config("grpo", dict(
+        output_dir=str(checkpoint_dir), per_device_train_batch_size=per_device_batch,
+        num_generations=params.num_generations, max_completion_length=params.max_completion_length,
+        max_steps=params.max_steps, beta=params.beta, learning_rate=params.learning_rate,
+        temperature=params.temperature, reward_weights=list(reward_weights),
+        logging_steps=1, save_strategy="no", seed=params.seed, use_cpu=not on_gpu,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
+        dataloader_num_workers=0, disable_dropout=True, ddp_find_unused_parameters=False), params.trainer_args)
+
+
 def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
                  out_dir: Path, checkpoint_dir: Path, meta: dict | None = None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
@@ -36,7 +51,7 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(params.base_model)
     tokenizer.padding_side = "left"
@@ -53,14 +68,7 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
     if per_step % world_size():
         raise ValueError(f"prompts_per_step x num_generations = {per_step} completions a step do not split over "
                          f"{world_size()} processes; make it a multiple of num_processes")
-    config = GRPOConfig(
-        output_dir=str(checkpoint_dir), per_device_train_batch_size=per_step // world_size(),
-        num_generations=params.num_generations, max_completion_length=params.max_completion_length,
-        max_steps=params.max_steps, beta=params.beta, learning_rate=params.learning_rate,
-        temperature=params.temperature, reward_weights=list(reward_weights),
-        logging_steps=1, save_strategy="no", seed=params.seed, use_cpu=not on_gpu,
-        bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
-        dataloader_num_workers=0, disable_dropout=True, ddp_find_unused_parameters=False)
+    config = grpo_config(params, checkpoint_dir, per_step // world_size(), reward_weights, on_gpu)
     lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,

@@ -103,7 +103,9 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     lora = LoraConfig(task_type="SEQ_CLS", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules),
                       modules_to_save=["score"])
-    config = RewardConfig(
+    from mascot.trainer_args import build_config
+
+    config = build_config("reward", dict(
         output_dir=str(checkpoint_dir), per_device_train_batch_size=params.batch_size,
         per_device_eval_batch_size=params.batch_size, gradient_accumulation_steps=params.gradient_accumulation_steps,
         learning_rate=params.learning_rate, num_train_epochs=params.epochs, max_length=None,
@@ -112,7 +114,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
         bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,
         disable_dropout=False,  # keep the configured lora_dropout (TRL's default zeroes it)
         report_to=list(report_to), dataloader_num_workers=0, remove_unused_columns=True,
-        ddp_find_unused_parameters=False)  # LoRA uses every trainable weight: no extra autograd pass under DDP
+        ddp_find_unused_parameters=False), params.trainer_args)  # LoRA uses every weight: no extra DDP pass
     trainer = RewardTrainer(model=model, args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list(train_rows),
                             eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora)
