@@ -59,6 +59,24 @@ def record_stage_stats(path: str, argv: list[str], wall_s: float, status) -> Non
                              "peak_rss_children_mb": round(children, 1), "status": status}) + "\n")
 
 
+def report_requests(stage: str) -> None:
+    """One line per LLM backend the stage built: where its requests went, by endpoint. With MASCOT_REQUEST_LOG
+    set, also a JSON line there (the rehearsal test counts them against the server's own log)."""
+    import json
+
+    from mascot.llm.backend import request_summary
+
+    summary = request_summary()
+    for b in summary:
+        where = ", ".join(b["urls"]) or "in-process"
+        counts = ", ".join(f"{k} {v}" for k, v in b["requests"].items()) or "none"
+        print(f"{stage}: llm requests of {b['key']} ({b['backend']} {b['model']} at {where}): {counts}")
+    log = os.environ.get("MASCOT_REQUEST_LOG")
+    if log and summary:
+        with open(log, "a") as fh:
+            fh.write(json.dumps({"stage": stage, "backends": summary}) + "\n")
+
+
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:  # its own options; no params.yaml needed
         from mascot.llm.serve import main as serve_main
@@ -86,8 +104,9 @@ def _main(argv: list[str]) -> int:
     probe.add_argument("--uri", default=None, help="default: models:/<train_rm.registered_model>@<promote.alias>")
     sub.add_parser("serve", help="start vLLM's OpenAI-compatible server (see `mascot serve --help`)")
     sub.add_parser("stack", help="the team tracking stack: up | down | status (see `mascot stack --help`)")
-    prof = sub.add_parser("profile", help="merge profiles/NAME.yaml into the params file (tiny, real, ...)")
-    prof.add_argument("name")
+    prof = sub.add_parser("profile", help="merge profiles/NAME.yaml into the params file (tiny, real, ...); several "
+                          "compose in the order given (`mascot profile real rehearsal`)")
+    prof.add_argument("names", nargs="+", metavar="name")
     args = parser.parse_args(argv)
 
     import importlib
@@ -101,7 +120,7 @@ def _main(argv: list[str]) -> int:
         if args.command == "profile":
             from mascot.profiles import main as profile_main
 
-            profile_main(args.name, args.params)
+            profile_main(args.names, args.params)
             return 0
         params = load_params(args.params)
         if args.command == "probe":
@@ -127,6 +146,7 @@ def _main(argv: list[str]) -> int:
             return status
         module, _, function = STAGES[args.command].partition(":")
         getattr(importlib.import_module(module), function or "main")(params)
+        report_requests(args.command)
     except (ConfigError, InputError) as exc:
         print(f"mascot {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -37,6 +37,15 @@ def _dump(yaml, data) -> str:
     return buf.getvalue()
 
 
-def main(name: str, params_path: str = "params.yaml") -> None:
-    apply_profile(name, params_path)
-    print(f"params.yaml: profile '{name}' applied")
+def main(names: list[str] | str, params_path: str = "params.yaml") -> None:
+    """Apply profiles in order, each on top of the last (`real rehearsal`: the real road at rehearsal sizes).
+    Nothing is written unless every one applies and the result validates."""
+    names = [names] if isinstance(names, str) else list(names)
+    original = Path(params_path).read_text()
+    try:
+        for name in names:
+            apply_profile(name, params_path)
+    except BaseException:
+        Path(params_path).write_text(original)
+        raise
+    print(f"{params_path}: profile{'s' if len(names) > 1 else ''} {' + '.join(names)} applied")

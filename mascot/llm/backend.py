@@ -6,7 +6,7 @@ few given answers, and produce JSON under a schema.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import re
 from typing import Protocol, Union
 
@@ -59,6 +59,13 @@ class ChoiceDistribution:
 class BackendStats:
     requests: int = 0
     retries: int = 0
+    by_endpoint: dict = field(default_factory=dict)  # API path (or "in-process") -> requests sent there
+
+    def count(self, endpoint: str, n: int = 1) -> None:
+        self.by_endpoint[endpoint] = self.by_endpoint.get(endpoint, 0) + n
+
+
+BUILT: list[tuple[str, "LLMBackend"]] = []  # (params key, backend) of every backend make_backend built here
 
 
 class LLMBackend(Protocol):
@@ -79,9 +86,19 @@ def make_backend(endpoint, key: str = "llm") -> LLMBackend:
     if endpoint.backend == "openai":
         from mascot.llm.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(endpoint)
-    from mascot.io import require_model_dir
-    from mascot.llm.local_backend import LocalBackend
+        backend = OpenAIBackend(endpoint)
+    else:
+        from mascot.io import require_model_dir
+        from mascot.llm.local_backend import LocalBackend
 
-    require_model_dir(endpoint.model, f"{key}.model")
-    return LocalBackend(endpoint)
+        require_model_dir(endpoint.model, f"{key}.model")
+        backend = LocalBackend(endpoint)
+    BUILT.append((key, backend))
+    return backend
+
+
+def request_summary() -> list[dict]:
+    """What every backend built in this process sent, by endpoint: the stage's LLM traffic, in one place."""
+    return [{"key": key, "backend": "openai" if hasattr(b, "replicas") else "local", "model": b.model_name,
+             "urls": list(getattr(getattr(b, "replicas", None), "urls", [])), "requests": dict(b.stats.by_endpoint)}
+            for key, b in BUILT]

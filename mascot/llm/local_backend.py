@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from mascot.llm.backend import ChoiceDistribution, Completion, Prompt, SampleRequest, ends_in_assistant, strip_thinking
+from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, Prompt, SampleRequest, ends_in_assistant,
+                                strip_thinking)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class LocalBackend:
         self.model = model
         self.model.eval()
         self.token_counts = TokenCounts()
+        self.stats = BackendStats()  # requests by kind, all "in-process"
 
     def close(self) -> None:
         pass
@@ -77,6 +79,7 @@ class LocalBackend:
     @torch.inference_mode()
     def sample(self, requests: list[SampleRequest], progress=None) -> list[list[Completion]]:
         # Expand n and group requests with the same sampling settings into batches.
+        self.stats.count("in-process", len(requests))
         flat = [(i, r) for i, r in enumerate(requests) for _ in range(r.n)]
         out: list[list[Completion]] = [[] for _ in requests]
         for start in range(0, len(flat), self.batch_size):
@@ -201,6 +204,7 @@ class LocalBackend:
         import copy
 
         ids = torch.tensor(self.choice_token_ids(choices))
+        self.stats.count("in-process", len(prompts))
         prompts = [self._text(p) for p in prompts]
         encoded = [self._token_ids(p) for p in prompts]
         shared = _common_prefix_len(encoded)
@@ -260,6 +264,7 @@ class LocalBackend:
         from xgrammar.contrib.hf import LogitsProcessor
 
         compiled = self._compiled("json", json.dumps(schema, sort_keys=True))
+        self.stats.count("in-process", len(prompts))
         prompts = [self._text(p) for p in prompts]
         results = []
         for start in range(0, len(prompts), self.batch_size):

@@ -172,6 +172,7 @@ class OpenAIBackend:
         # vLLM returns each choice's token ids when asked (other servers ignore the field): the real
         # per-candidate count. Without them only the request's total is known, so n > 1 records None.
         extra = {"return_token_ids": True, **({"structured_outputs": {"regex": r.regex}} if r.regex else {})}
+        self.stats.count("/v1/completions" if isinstance(r.prompt, str) else "/v1/chat/completions")
         if isinstance(r.prompt, str):
             resp = await client.completions.create(prompt=r.prompt, **common, extra_body=extra)
             texts = [(c.text, c.finish_reason, c) for c in resp.choices]
@@ -195,6 +196,7 @@ class OpenAIBackend:
 
         async def one(client, prompt):
             constraint = {"structured_outputs": {"choice": choices}}
+            self.stats.count("/v1/completions" if isinstance(prompt, str) else "/v1/chat/completions")
             if isinstance(prompt, str):
                 resp = await client.completions.create(
                     model=self.model_name, prompt=prompt, max_tokens=1, temperature=0.0, logprobs=len(choices),
@@ -223,6 +225,7 @@ class OpenAIBackend:
                       progress=None) -> list[Completion]:
         async def one(client, prompt):
             constraint = {"structured_outputs": {"json": schema}}
+            self.stats.count("/v1/completions" if isinstance(prompt, str) else "/v1/chat/completions")
             if isinstance(prompt, str):
                 resp = await client.completions.create(
                     model=self.model_name, prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=seed,
