@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro test ui vllm-env stack-deps
+.PHONY: setup repro test ui vllm-env stack-deps setup-gpu vllm-env-gpu
 
 setup: $(VENV)/.installed
 
@@ -52,3 +52,20 @@ stack-deps:
 # The experiment tracker for this repository's runs and registry (http://127.0.0.1:5000).
 ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+
+# A CUDA machine (README "GPUs"; not run here: no GPU). On Linux x86_64 PyPI's torch 2.13.0 wheel is the CUDA build;
+# xgrammar's triton dependency is real there. vLLM (GPU) gets its own environment, as on the CPU.
+setup-gpu:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/python -m pip install -c constraints.txt -e '.[dev,team]'
+	$(BIN)/python -m pip install xgrammar==0.2.9
+	$(BIN)/python -c "import torch; assert torch.cuda.is_available(), 'torch sees no GPU'; print(torch.__version__, torch.cuda.get_device_name(0))"
+	touch $(VENV)/.installed
+
+vllm-env-gpu:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -r requirements-vllm-gpu.txt
+	touch $(VLLM_VENV)/.installed
