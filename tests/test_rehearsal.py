@@ -136,10 +136,10 @@ c = MlflowClient()
 out = {}
 for name in ("mascot-persona-rm", "mascot-group-rm"):
     v = c.get_model_version_by_alias(name, "champion")
-    out[name] = {"version": v.version, "tags": v.tags}
+    out[name] = {"version": str(v.version), "tags": v.tags}
 for name in ("mascot-speaker", "mascot-director"):
     v = c.search_model_versions(f"name='{name}'")[0]
-    out[name] = {"version": v.version, "tags": v.tags, "run_tags": c.get_run(v.run_id).data.tags}
+    out[name] = {"version": str(v.version), "tags": v.tags, "run_tags": c.get_run(v.run_id).data.tags}
 open(".mascot/check.json", "w").write(json.dumps(out))
 """
     (work / ".mascot/check.py").write_text(check)
