@@ -64,7 +64,7 @@ def report_requests(stage: str) -> None:
     set, also a JSON line there (the rehearsal test counts them against the server's own log)."""
     import json
 
-    from mascot.llm.backend import request_summary
+    from mascot.llm.factory import request_summary
 
     summary = request_summary()
     for b in summary:
@@ -113,7 +113,7 @@ def _main(argv: list[str]) -> int:
 
     from mascot.config import ConfigError, load_params
     from mascot.io import InputError
-    from mascot.llm.openai_backend import ServerError
+    from mascot.llm.backend import ServerError
     from mlflow.exceptions import MlflowException
 
     try:

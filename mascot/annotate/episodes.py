@@ -248,7 +248,7 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/grou
          metrics: str = "metrics/episodes.json") -> None:
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.llm.backend import make_backend
+    from mascot.llm.factory import make_backend
 
     p = params.episodes
     queries = episode_queries(load_jsonl(queries_path), p.max_queries, p.seed)

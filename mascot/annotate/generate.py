@@ -70,7 +70,7 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/cand
 
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.llm.backend import make_backend
+    from mascot.llm.factory import make_backend
 
     queries = load_jsonl(queries_path)
     personas = load_personas(params.prepare.personas_file)

@@ -176,7 +176,7 @@ def main(params, items_path: str = "data/judge_check/reference.jsonl",
     from mascot.data.personas import load_personas
     from mascot.data.prepare import load_source, token_counter
     from mascot.io import BadRows, load_jsonl, write_json, write_jsonl
-    from mascot.llm.backend import make_backend
+    from mascot.llm.factory import make_backend
     from mascot.resume import Journal
 
     jc, p = params.judge_check, params.prepare

@@ -219,7 +219,7 @@ def episode_units(episodes: list[dict], queries: dict[str, dict], personas: dict
 def _run(params, units: list[dict], granularity: Granularity, journal_name: str, out: str, metrics: str,
          queries: dict[str, dict]) -> dict:
     from mascot.io import write_json, write_jsonl
-    from mascot.llm.backend import make_backend
+    from mascot.llm.factory import make_backend
 
     backend = make_backend(params.llm.judge, "llm.judge")
     journal, stats = Journal(journal_name), {}

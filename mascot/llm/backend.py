@@ -65,7 +65,6 @@ class BackendStats:
         self.by_endpoint[endpoint] = self.by_endpoint.get(endpoint, 0) + n
 
 
-BUILT: list[tuple[str, "LLMBackend"]] = []  # (params key, backend) of every backend make_backend built here
 
 
 class LLMBackend(Protocol):
@@ -81,24 +80,6 @@ class LLMBackend(Protocol):
     def close(self) -> None: ...
 
 
-def make_backend(endpoint, key: str = "llm") -> LLMBackend:
-    """Build the backend an `llm.speaker`/`llm.judge` block of params.yaml names."""
-    if endpoint.backend == "openai":
-        from mascot.llm.openai_backend import OpenAIBackend
-
-        backend = OpenAIBackend(endpoint)
-    else:
-        from mascot.io import require_model_dir
-        from mascot.llm.local_backend import LocalBackend
-
-        require_model_dir(endpoint.model, f"{key}.model")
-        backend = LocalBackend(endpoint)
-    BUILT.append((key, backend))
-    return backend
-
-
-def request_summary() -> list[dict]:
-    """What every backend built in this process sent, by endpoint: the stage's LLM traffic, in one place."""
-    return [{"key": key, "backend": "openai" if hasattr(b, "replicas") else "local", "model": b.model_name,
-             "urls": list(getattr(getattr(b, "replicas", None), "urls", [])), "requests": dict(b.stats.by_endpoint)}
-            for key, b in BUILT]
+class ServerError(RuntimeError):
+    """An LLM server failed past its retries (or answered what the API does not promise); the stage's journal keeps
+    every finished record."""

@@ -11,14 +11,10 @@ import random
 
 import openai
 
-from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, SampleRequest, ends_in_assistant,
-                                strip_thinking)
+from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, SampleRequest, ServerError,
+                                ends_in_assistant, strip_thinking)
 
 RETRYABLE = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
-
-
-class ServerError(RuntimeError):
-    pass
 
 
 class Replicas:

@@ -97,7 +97,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     from mascot.annotate.episodes import speaker_sampling
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
-    from mascot.llm.backend import make_backend
+    from mascot.llm.factory import make_backend
     from mascot.policy.grpo import champion_scorer, run_policy_stage
 
     p: DirectorParams = params.train_director

@@ -88,7 +88,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     from mascot.annotate.score import resolve_prompt_style
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.llm.backend import make_backend
+    from mascot.llm.factory import make_backend
     from mascot.llm.local_backend import LocalBackend
     from mascot.policy.evaluate import load_policy
     from mascot.reward.scorer import RewardScorer

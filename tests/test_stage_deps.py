@@ -1,0 +1,52 @@
+"""dvc.yaml lists the code each stage runs, computed from the code, so a stage is never stale without DVC saying so."""
+import re
+import shutil
+
+import pytest
+import yaml
+
+from mascot.stage_deps import ROOT, folded, listed_code, stage_code
+from tests.conftest import sh
+
+
+def stages():
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+
+
+def test_dvc_yaml_lists_exactly_the_modules_each_stage_imports():
+    wrong = {}
+    for name, stage in stages().items():
+        need, listed = set(stage_code(name)), listed_code(stage.get("deps", []))
+        if need != listed:
+            wrong[name] = {"missing": sorted(need - listed), "not run by it": sorted(listed - need)}
+    assert not wrong, ("dvc.yaml's code deps drifted from the imports; put these lists in (python -m "
+                       f"mascot.stage_deps):\n{yaml.safe_dump(wrong)}\n" +
+                       "\n".join(f"{n}: {folded(stage_code(n))}" for n in wrong))
+
+
+def test_stages_list_the_data_and_models_they_read():
+    s = stages()
+    for name in ("evaluate", "evaluate_group", "promote", "promote_group"):
+        assert {"models/base", "models/small", "data/personas.yaml"} <= set(s[name]["deps"]), name
+    for name in ("train_grpo", "train_director", "train_rm", "train_group_rm"):  # either model can be the base
+        assert {"data/personas.yaml", "models/base", "models/small"} <= set(s[name]["deps"]), name
+
+
+@pytest.mark.integration
+def test_editing_one_shared_module_makes_exactly_its_importers_stale(dvc_repo, tmp_path):
+    work, env = dvc_repo
+    sh("dvc repro", work, env)  # a no-op when the pipeline test ran first in this session
+    copy = tmp_path / "repo"
+    shutil.copytree(work, copy, symlinks=True)
+    env = {**env, "MASCOT_RESUME_DIR": str(copy / ".mascot/resume")}
+    assert "Data and pipelines are up to date" in sh("dvc status", copy, env)
+    module = "mascot/reward/prompt.py"
+    with open(copy / module, "a") as fh:
+        fh.write("\n# an edit\n")
+    out = sh("dvc status", copy, env)
+    print(f"\n`dvc status` after editing {module}:\n{out}")
+    stale = set(re.findall(r"^(\w+):\s*$", out, re.MULTILINE))
+    expected = {name for name in stages() if module in stage_code(name)}
+    assert stale == expected, (stale, expected)
+    assert {"train_rm", "train_grpo", "evaluate", "train_director", "evaluate_group"} <= stale
+    assert not stale & {"prepare", "generate", "score", "pairs", "episodes"}
