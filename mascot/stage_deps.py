@@ -2,8 +2,8 @@
 
 `dvc.yaml` lists exactly these files as the stage's code dependencies (a folder only where every module in it
 is in the closure), so an edit to the rubric, the reward prompt or a backend makes exactly the stages that
-run it stale. `tests/test_stage_deps.py` fails when the two drift apart; `python -m mascot.stage_deps` prints
-each stage's list.
+run it stale. `tests/test_stage_deps.py` fails when the two drift apart; `python -m mascot.stage_deps` says which
+stages drifted, and `--write` puts the computed lists into dvc.yaml (comments and other deps kept).
 
 Imports inside functions count (the stages import lazily). The CLI dispatcher itself (`mascot/cli.py`) is not a
 dependency; the modules it imports for every stage (the config, the error types) are. An empty `__init__.py`
@@ -113,9 +113,30 @@ def folded(files: list[str], root: Path = ROOT) -> list[str]:
     return sorted(out + sorted(todo))
 
 
-def main() -> None:
+def write(path: Path = ROOT / "dvc.yaml") -> None:
+    """Replace every stage's mascot deps in dvc.yaml by its computed list; its data and model deps stay."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.width, yaml.preserve_quotes = 200, True
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    doc = yaml.load(path.read_text())
+    for name, stage in doc["stages"].items():
+        stage["deps"] = folded(stage_code(name)) + [d for d in stage.get("deps", []) if not str(d).startswith("mascot")]
+    buf = io.StringIO()
+    yaml.dump(doc, buf)
+    path.write_text(buf.getvalue())
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
     import yaml
 
+    if "--write" in (sys.argv[1:] if argv is None else argv):
+        write()
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name, stage in stages.items():
         need, listed = set(stage_code(name)), listed_code(stage.get("deps", []))
