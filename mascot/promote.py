@@ -64,8 +64,11 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
                "champion_mean_margin": champion_metrics and champion_metrics["mean_margin"]}
     alias = p.alias if promoted else p.challenger_alias
     registry.set_alias(name, alias, version, reason, figures)
+    champion = version if promoted else champion_version
+    # the decision as a DVC output: later stages refuse an alias that no longer resolves to this version
     result = {"version": version, "promoted": promoted, "alias": alias, "reason": reason,
-              "champion_version": version if promoted else champion_version,
+              "champion_version": champion, "champion_alias": p.alias,
+              "champion_digest": registry.version_digest(name, champion) if champion is not None else None,
               "roundtrip_max_abs_diff": drift, **{f"new_{k}": v for k, v in new_metrics.items()},
               **({f"champion_{k}": v for k, v in champion_metrics.items()} if champion_metrics else {})}
     write_json(metrics_path, result)

@@ -185,3 +185,42 @@ def set_alias(name: str, alias: str, version: str, reason: str, figures: dict[st
     client.set_model_version_tag(name, version, f"{alias}_reason", reason)
     for key, value in figures.items():
         client.set_model_version_tag(name, version, f"{alias}_{key}", str(value))
+
+
+def version_digest(name: str, version) -> str:
+    """The identity of one registered version: its name, number, run and artifact source. A registry wiped and
+    refilled (a new v1 from another run) gives another digest."""
+    import hashlib
+
+    mv = MlflowClient().get_model_version(name, str(version))
+    return hashlib.sha256(f"{name}|{mv.version}|{mv.run_id}|{mv.source}".encode()).hexdigest()[:16]
+
+
+def check_recorded_champion(name: str, alias: str, decision_path: str | Path, stage: str, promote_stage: str) -> str:
+    """The version `@alias` resolves to, after checking it is the one the promotion stage decided and recorded
+    (its DVC output): an alias moved by hand, or a promote output restored from DVC's run cache without the
+    registry side effect, is refused with what to run."""
+    import json
+
+    from mascot.io import InputError
+
+    try:
+        decision = json.loads(Path(decision_path).read_text())
+    except (OSError, ValueError):
+        raise InputError(f"{stage}: {decision_path} not found or unreadable; run the {promote_stage} stage first") from None
+    recorded, digest = decision.get("champion_version"), decision.get("champion_digest")
+    current = alias_version(name, alias)
+    if recorded is None:
+        raise InputError(f"{stage}: {promote_stage} promoted no version of {name} to @{alias} ({decision_path}: "
+                         f"{decision.get('reason')}); improve the reward model and rerun, or promote one by hand "
+                         f"and then `dvc repro -f {promote_stage}`")
+    moved = current is None or str(current) != str(recorded)
+    if not moved and digest and version_digest(name, current) != digest:
+        moved = True
+    if moved:
+        raise InputError(f"{stage}: models:/{name}@{alias} now resolves to version {current}, but {promote_stage} "
+                         f"recorded version {recorded} ({decision_path}): the alias was moved outside the pipeline "
+                         f"(by hand, or a restored run cache skipped its move). Let the gate decide again with "
+                         f"`dvc repro -f {promote_stage}`, or move it back with `mascot promote --model {name} "
+                         f"--version {recorded} --alias {alias} --reason ...`")
+    return str(current)

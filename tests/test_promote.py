@@ -1,6 +1,7 @@
 """The promotion gate against a real MLflow registry (sqlite in a temp folder)."""
 import json
 import shutil
+import subprocess
 
 import pytest
 import yaml
@@ -110,3 +111,47 @@ def test_half_registered_version_is_never_promoted(workspace):
     assert registry.abandon_incomplete("mascot-persona-rm") == ["2"]  # what the next train_rm run does first
     assert client.get_model_version("mascot-persona-rm", "2").tags["mascot_registration"] == "abandoned"
     assert client.get_model_version("mascot-persona-rm", "1").tags["mascot_registration"] == "complete"
+
+
+@pytest.mark.integration
+def test_a_hand_moved_champion_is_caught_by_train_grpo(dvc_repo, tmp_path):
+    """promote records the version it decided (metrics/promote.json, a DVC output); an alias moved outside the
+    pipeline afterwards is refused by the stages that train or evaluate against it."""
+    import shutil
+
+    from tests.conftest import sh
+
+    work, env = dvc_repo
+    sh("dvc repro", work, env)
+    copy = tmp_path / "repo"
+    shutil.copytree(work, copy, symlinks=True)
+    env = {**env, "MASCOT_RESUME_DIR": str(copy / ".mascot/resume")}
+    second = r"""
+from mlflow.tracking import MlflowClient
+from mascot.config import load_params
+from mascot.registry import mark_complete, setup_tracking
+setup_tracking(load_params())
+c = MlflowClient()
+v1 = c.get_model_version("mascot-persona-rm", "1")
+v2 = c.create_model_version("mascot-persona-rm", v1.source, run_id=v1.run_id)
+mark_complete("mascot-persona-rm", v2.version)
+print(v2.version)
+"""
+    (copy / ".mascot").mkdir(exist_ok=True)
+    (copy / ".mascot/second.py").write_text(second)
+    sh("python .mascot/second.py", copy, env)
+    sh("mascot promote --version 2 --reason 'a hand move'", copy, env)
+    proc = subprocess.run("mascot train_grpo", shell=True, cwd=copy, env=env, capture_output=True, text=True,
+                          timeout=600)
+    print(proc.stderr)
+    assert proc.returncode == 2
+    assert ("models:/mascot-persona-rm@champion now resolves to version 2, but promote recorded version 1 "
+            "(metrics/promote.json)") in proc.stderr and "dvc repro -f promote" in proc.stderr
+    proc = subprocess.run("mascot evaluate", shell=True, cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "now resolves to version 2" in proc.stderr
+    # moved back, the recorded decision holds again
+    sh("mascot promote --version 1 --reason 'back'", copy, env)
+    check = ("from mascot.config import load_params; from mascot.registry import setup_tracking, check_recorded_champion;"
+             " setup_tracking(load_params()); print('ok', check_recorded_champion('mascot-persona-rm', 'champion', "
+             "'metrics/promote.json', 'train_grpo', 'promote'))")
+    assert "ok 1" in sh(f'python -c "{check}"', copy, env)

@@ -104,6 +104,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
     registry.setup_tracking(params)
     rm_name = params.train_group_rm.registered_model
+    registry.check_recorded_champion(rm_name, p.reward_alias, "metrics/promote_group.json", "train_director",
+                                     "promote_group")
     rm_version, rm_uri, scorer = champion_scorer(rm_name, p.reward_alias, "train_director", "promote_group")
     personas = load_personas(params.prepare.personas_file)
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}

@@ -97,7 +97,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     personas = load_personas(params.prepare.personas_file)
     queries = held_out_queries(load_jsonl(queries_path), load_jsonl(pairs_path), params.evaluate.max_queries)
     rm_name, alias = params.train_rm.registered_model, params.grpo.reward_alias
-    rm_version = registry.alias_version(rm_name, alias)
+    rm_version = registry.check_recorded_champion(rm_name, alias, "metrics/promote.json", "evaluate", "promote")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     judge = make_backend(params.llm.judge, "llm.judge")
     policy = json.loads((Path(policy_dir) / "registered.json").read_text())

@@ -103,7 +103,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
         raise ValueError("evaluate_group: every query was given episodes; lower episodes.max_queries to hold some out")
     by_q = {q["query_id"]: q for q in all_queries}
     rm_name, alias = params.train_group_rm.registered_model, d.reward_alias
-    rm_version = registry.alias_version(rm_name, alias)
+    rm_version = registry.check_recorded_champion(rm_name, alias, "metrics/promote_group.json", "evaluate_group",
+                                                  "promote_group")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     judge = make_backend(params.llm.judge, "llm.judge")

@@ -191,6 +191,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
     registry.setup_tracking(params)
     rm_name = params.train_rm.registered_model
+    registry.check_recorded_champion(rm_name, p.reward_alias, "metrics/promote.json", "train_grpo", "promote")
     rm_version, rm_uri, scorer = champion_scorer(rm_name, p.reward_alias, "train_grpo", "promote")
     personas = load_personas(params.prepare.personas_file)
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
