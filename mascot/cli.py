@@ -59,6 +59,25 @@ def record_stage_stats(path: str, argv: list[str], wall_s: float, status) -> Non
                              "peak_rss_children_mb": round(children, 1), "status": status}) + "\n")
 
 
+# the stages after each data gate, which repeat its judge warning (validate.judge_gate: warn)
+AFTER_GATE = {"reports": ("train_rm", "promote", "train_grpo", "evaluate"),
+              "reports/group": ("train_group_rm", "promote_group", "train_director", "evaluate_group")}
+
+
+def repeat_judge_warning(stage: str) -> None:
+    import json
+
+    for report_dir, stages in AFTER_GATE.items():
+        if stage not in stages:
+            continue
+        try:
+            warning = json.loads(open(f"{report_dir}/validation.json").read()).get("judge_warning")
+        except (OSError, ValueError):
+            warning = None
+        if warning:
+            print(f"{stage}: WARNING: {warning}")
+
+
 def report_requests(stage: str) -> None:
     """One line per LLM backend the stage built: where its requests went, by endpoint. With MASCOT_REQUEST_LOG
     set, also a JSON line there (the rehearsal test counts them against the server's own log)."""
@@ -147,6 +166,7 @@ def _main(argv: list[str]) -> int:
         module, _, function = STAGES[args.command].partition(":")
         getattr(importlib.import_module(module), function or "main")(params)
         report_requests(args.command)
+        repeat_judge_warning(args.command)
     except (ConfigError, InputError) as exc:
         print(f"mascot {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -163,8 +163,13 @@ class PairsParams(Block):
 class ValidateParams(Block):
     min_pairs: int = Field(1, ge=0)
     min_scored_fraction: float = Field(0.5, ge=0, le=1)
-    # judge_check's accuracies (human reply above an off-topic one, above a cold one) must reach this
+    # judge_check's accuracies (human reply above an off-topic one, above a cold one) must reach this, compared
+    # with their bootstrap interval's lower bound (judge_bar_on: lower_bound) or the point estimate (point)
     min_judge_accuracy: float = Field(0.6, ge=0, le=1)
+    judge_bar_on: Literal["lower_bound", "point"] = "lower_bound"
+    # stop: a judge below the bar stops the pipeline; warn: it goes on, and validate and every later stage say,
+    # in words, that the judge cannot be told from chance (the other expectations always stop)
+    judge_gate: Literal["stop", "warn"] = "stop"
     # a judge whose totals are identical across a query's candidates is not judging
     max_constant_group_fraction: float = Field(0.5, ge=0, le=1)
     max_empty_reason_fraction: float = Field(0.2, ge=0, le=1)  # json mode: reasons shorter than a phrase

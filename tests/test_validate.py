@@ -77,8 +77,15 @@ def judge_limits(**kw):
     return {"min_judge_accuracy": 0.6, "max_constant_group_fraction": 0.5, "max_empty_reason_fraction": 0.2, **kw}
 
 
+def judge(off, off_low, cold, cold_low, n=24):
+    """judge_check's figures: point estimates, their intervals' lower bounds (and a symmetric upper), n."""
+    return {"ref_gt_off_topic": off, "ref_gt_off_topic_ci_low": off_low, "ref_gt_off_topic_ci_high": round(2 * off - off_low, 4),
+            "ref_gt_off_topic_n": n, "ref_gt_cold": cold, "ref_gt_cold_ci_low": cold_low,
+            "ref_gt_cold_ci_high": round(2 * cold - cold_low, 4), "ref_gt_cold_n": n}
+
+
 def test_gate_stops_a_judge_below_the_bar_and_names_the_figure():
-    judge_check = {"ref_gt_off_topic": 0.55, "ref_gt_cold": 0.9}
+    judge_check = judge(0.55, 0.55, 0.9, 0.8)
     results, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, judge_check=judge_check,
                                judge_limits=judge_limits())
     assert failures(results) == {("judge", "ref_gt_off_topic", "expect_column_values_to_be_between"): 1}
@@ -93,7 +100,7 @@ def test_gate_stops_a_judge_that_gives_constant_scores():
             s["total_reward"] = 3.0
             s["scores"] = {d: 3.0 for d in DIMENSIONS}
     results, _ = validate_data(cands, scores, [], margin=0.5, min_pairs=0,
-                               judge_check={"ref_gt_off_topic": 0.9, "ref_gt_cold": 0.9}, judge_limits=judge_limits())
+                               judge_check=judge(0.9, 0.8, 0.9, 0.8), judge_limits=judge_limits())
     failed = failures(results)
     assert ("judge", "constant_group_fraction", "expect_column_values_to_be_between") in failed
     assert "constant_group_fraction = 1.0" in summary(results)
@@ -105,7 +112,7 @@ def test_gate_stops_empty_json_reasons():
         if s["status"] == "scored":
             s["reasons"] = {d: "" for d in DIMENSIONS}
     results, _ = validate_data(cands, scores, pairs, margin=0.5, min_pairs=1,
-                               judge_check={"ref_gt_off_topic": 0.9, "ref_gt_cold": 0.9}, judge_limits=judge_limits())
+                               judge_check=judge(0.9, 0.8, 0.9, 0.8), judge_limits=judge_limits())
     assert "empty_reason_fraction = 1.0" in summary(results)
 
 
@@ -129,8 +136,57 @@ def test_a_json_judge_that_answers_1_with_empty_reasons_is_flagged_and_stopped(s
     m = score_metrics(scores)
     assert m["constant_group_fraction"] == 1.0 and m["empty_reason_fraction"] == 1.0
     results, _ = validate_data(cands, scores, [], margin=0.5, min_pairs=0,
-                               judge_check={"ref_gt_off_topic": 0.9, "ref_gt_cold": 0.9}, judge_limits=judge_limits())
+                               judge_check=judge(0.9, 0.8, 0.9, 0.8), judge_limits=judge_limits())
     text = summary(results)
     with capsys.disabled():
         print("\nGATE on a constant json judge:\n" + text)
     assert "constant_group_fraction = 1.0" in text and "empty_reason_fraction = 1.0" in text
+
+
+def test_the_judge_bar_is_on_the_interval_not_the_point():
+    """Measured on 24 ESConv items the project does not ship: human > off-topic 0.58 [0.38, 0.79], human > cold
+    0.50 [0.29, 0.71]. On the point estimate a judge at chance passes a bar of 0.5; on the lower bound it does not."""
+    at_chance = judge(0.58, 0.38, 0.50, 0.29)
+    point, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, judge_check=at_chance,
+                             judge_limits=judge_limits(min_judge_accuracy=0.5), judge_bar_on="point")
+    lower, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, judge_check=at_chance,
+                             judge_limits=judge_limits(min_judge_accuracy=0.5))
+    assert failures(point) == {}
+    assert set(failures(lower)) == {("judge", "ref_gt_off_topic", "expect_column_values_to_be_between"),
+                                    ("judge", "ref_gt_cold", "expect_column_values_to_be_between")}
+
+
+@pytest.mark.parametrize("level", ["stop", "warn"])
+def test_a_judge_at_chance_stops_or_warns_in_words(repo_root, tmp_path, monkeypatch, capsys, level):
+    import json
+
+    import yaml
+
+    from mascot.config import parse_params
+    from mascot.io import write_json, write_jsonl
+    from mascot.validate import stage
+
+    cands, scores, pairs = dataset()
+    monkeypatch.chdir(tmp_path)
+    write_jsonl("c.jsonl", cands), write_jsonl("s.jsonl", scores), write_jsonl("p.jsonl", pairs)
+    write_json("metrics/judge_check.json", judge(0.58, 0.38, 0.50, 0.29))
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["validate"].update(min_judge_accuracy=0.5, judge_gate=level, max_constant_group_fraction=1.0)
+    raw["pairs"]["score_margin"] = 0.5
+    params = parse_params(raw)
+    if level == "stop":
+        with pytest.raises(stage.GateFailed):
+            stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
+        assert "judge quality: ref_gt_off_topic = 0.38" in capsys.readouterr().err
+        return
+    stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
+    out = capsys.readouterr().out
+    print(out)
+    metrics = json.loads((tmp_path / "metrics/validate.json").read_text())
+    assert metrics["success"] and metrics["judge_warning"].startswith("the judge cannot be told from chance")
+    assert "human reply > off-topic 0.58 [0.38, 0.78] (n 24)" in metrics["judge_warning"]
+    assert "validate: WARNING: the judge cannot be told from chance" in out
+    from mascot.cli import repeat_judge_warning
+
+    repeat_judge_warning("train_rm")
+    assert "train_rm: WARNING: the judge cannot be told from chance" in capsys.readouterr().out

@@ -42,7 +42,7 @@ def _plain(value):
 
 def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict], margin: float,
                   min_pairs: int, judge_check: dict | None = None, judge_limits: dict | None = None,
-                  granularity: Granularity = REPLY) -> tuple[list[dict], list[dict]]:
+                  granularity: Granularity = REPLY, judge_bar_on: str = "lower_bound") -> tuple[list[dict], list[dict]]:
     """All expectation results and the quarantined rows (each with the expectations it broke). `candidates`
     are the units of `granularity`: candidate replies (stage 1) or episodes (stage 2).
 
@@ -62,7 +62,8 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
     if judge_limits is not None:
         from mascot.annotate.score import score_metrics
 
-        frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores, g.rubric, g.group_fields))
+        frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores, g.rubric, g.group_fields),
+                                             judge_bar_on)
         plans["judge"] = suites.judge_suite(frames["judge"], **judge_limits)
     results = [row for name in frames for row in run_suite(context, name, frames[name], plans[name])]
     sources = {units: candidates, "scores": scores, "pairs": pairs, "judge": frames["judge"].to_dict("records") if "judge" in frames else []}
@@ -75,6 +76,27 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
                   for (t, i), labels in sorted(broken.items())]
     return results, quarantine
 
+
+def judge_accuracy_failures(results: list[dict]) -> list[dict]:
+    """The failed judge-accuracy expectations (the ones validate.judge_gate: warn lets through)."""
+    from mascot.annotate.judge_check import GATED
+
+    return [r for r in results if not r["success"] and r["table"] == "judge" and r["column"] in GATED]
+
+
+def chance_warning(failed: list[dict], judge_check: dict, bar: float, bar_on: str) -> str:
+    """In words: the judge could not be told from chance, on which figures, and what follows."""
+    figures = "; ".join(
+        f"{JUDGE_NAMES[r['column']]} {judge_check.get(r['column'])} [{judge_check.get(r['column'] + '_ci_low')}, "
+        f"{judge_check.get(r['column'] + '_ci_high')}] (n {judge_check.get(r['column'] + '_n')})" for r in failed)
+    where = "its 95% interval's lower bound" if bar_on == "lower_bound" else "the point estimate"
+    return (f"the judge cannot be told from chance: {figures}; {where} is below validate.min_judge_accuracy {bar}. "
+            "Its scores, the pairs built from them, the reward model trained on those pairs and every policy "
+            "comparison after it may rest on noise: read them as the pipeline working, not as preferences "
+            "(validate.judge_gate: warn)")
+
+
+JUDGE_NAMES = {"ref_gt_off_topic": "human reply > off-topic", "ref_gt_cold": "human reply > cold"}
 
 JUDGE_HINTS = {
     "ref_gt_off_topic": "how often the judge ranks the human supporter's reply above one from another "

@@ -117,10 +117,15 @@ def pairs_suite(df: pd.DataFrame, margin: float, min_pairs: int) -> list:
     ]
 
 
-def judge_frame(judge_check: dict, score_metrics: dict) -> pd.DataFrame:
-    """One row of judge-quality figures: judge_check's gated accuracies and the scores' signs of a judge that
-    is not judging (constant totals within a query, empty reasons). A missing figure is NaN (not gated)."""
-    row = {name: judge_check.get(name) for name in GATED}
+def judge_frame(judge_check: dict, score_metrics: dict, bar_on: str = "lower_bound") -> pd.DataFrame:
+    """One row of judge-quality figures: judge_check's gated accuracies (their interval's lower bound, or the
+    point estimate) and the scores' signs of a judge that is not judging (constant totals within a query, empty
+    reasons). A missing figure is NaN (not gated); a missing lower bound (too few items for an interval) is 0."""
+    if bar_on == "lower_bound":
+        row = {name: (judge_check.get(f"{name}_ci_low") or 0.0) if judge_check.get(name) is not None else None
+               for name in GATED}
+    else:
+        row = {name: judge_check.get(name) for name in GATED}
     row["constant_group_fraction"] = score_metrics.get("constant_group_fraction")
     row["empty_reason_fraction"] = score_metrics.get("empty_reason_fraction")
     return pd.DataFrame([row], dtype=float)
