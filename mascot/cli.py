@@ -142,6 +142,9 @@ def _main(argv: list[str]) -> int:
             profile_main(args.names, args.params)
             return 0
         params = load_params(args.params)
+        import mascot.stats
+
+        mascot.stats.MIN_N = params.stats.min_n
         if args.command == "probe":
             from mascot.promote import probe_main
 

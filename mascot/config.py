@@ -298,6 +298,11 @@ class EvaluateParams(Block):
     seed: int = 0
 
 
+class StatsParams(Block):
+    # below this many items a comparison prints the exact sign test's p-value and "too few to tell"
+    min_n: int = Field(10, ge=2)
+
+
 class Params(Block):
     base_model: BaseModelParams = BaseModelParams()  # the speaker (an instruct model)
     # a small base LM, for the parts that must be fast on a CPU: the embedded judge, the reward-model base
@@ -322,6 +327,7 @@ class Params(Block):
     train_group_rm: TrainRMParams = TrainRMParams(registered_model="mascot-group-rm")
     train_director: DirectorParams = DirectorParams()
     evaluate_group: EvaluateGroupParams = EvaluateGroupParams()
+    stats: StatsParams = StatsParams()
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# below this many items an interval only says whether every item went the same way: a comparison then reports
+# the exact sign test's p-value and the words "too few to tell" (params: stats.min_n, set at start-up)
+MIN_N = 10
+TOO_FEW = "too few to tell"
+
 
 def pairwise_wins(better: list[float], worse: list[float]) -> list[float]:
     """Per item: 1 if the first score is higher, 0 if lower, 0.5 on a tie (a tie is no preference)."""
@@ -21,11 +26,36 @@ def bootstrap_ci(values: list[float], level: float = 0.95, rounds: int = 2000, s
     return round(float(lo), 4), round(float(hi), 4)
 
 
-def mean_with_ci(values: list[float], seed: int = 0) -> dict:
-    """{mean, ci_low, ci_high, n}: the figure, its 95% bootstrap interval and how many items it rests on."""
+def sign_test_p(values: list[float], null: float = 0.0) -> float | None:
+    """Exact two-sided sign test of `values` against `null` (values equal to it are dropped): the chance of
+    signs at least this lopsided if each item were a coin toss."""
+    from scipy.stats import binomtest
+
+    above, below = sum(v > null for v in values), sum(v < null for v in values)
+    if above + below == 0:
+        return None
+    return round(float(binomtest(above, above + below, 0.5).pvalue), 4)
+
+
+def mean_with_ci(values: list[float], seed: int = 0, null: float | None = 0.0) -> dict:
+    """{mean, ci_low, ci_high, n, p_sign, too_few_to_tell}: the figure, its 95% bootstrap interval, how many items
+    it rests on, and the exact sign test against `null` (0 for differences, 0.5 for win rates; None: no test)."""
     ci = bootstrap_ci(values, seed=seed)
     return {"mean": round(float(np.mean(values)), 4) if values else None,
-            "ci_low": ci[0] if ci else None, "ci_high": ci[1] if ci else None, "n": len(values)}
+            "ci_low": ci[0] if ci else None, "ci_high": ci[1] if ci else None, "n": len(values),
+            "p_sign": sign_test_p(values, null) if null is not None else None,
+            "too_few_to_tell": len(values) < MIN_N}
+
+
+def describe(fig: dict) -> str:
+    """A comparison as one reads it: `mean [low, high] n=N`, and below stats.min_n the sign test's p-value and
+    "too few to tell" instead of a verdict."""
+    text = f"{fig['mean']} [{fig['ci_low']}, {fig['ci_high']}] n={fig['n']}"
+    if fig.get("too_few_to_tell"):
+        text += f" (sign test p={fig.get('p_sign')}; {TOO_FEW}: n < {MIN_N})"
+    elif fig.get("ci_low") is not None and fig.get("p_sign") is not None:
+        text += f" (sign test p={fig['p_sign']})"
+    return text
 
 
 def spearman(x: list[float], y: list[float]) -> float | None:

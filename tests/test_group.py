@@ -236,3 +236,19 @@ def test_block_pairs_split_over_the_prefixes_that_formed_pairs():
     pairs = build_block_pairs(episodes, scores, queries, PairsParams(score_margin=0.5, eval_fraction=0.9))
     assert {p["split"] for p in pairs} == {"train", "eval"}  # never all eval, never all train
     assert set(split_of(["a", "b"], 0.99, 0).values()) == {"train", "eval"}
+
+
+def test_a_failed_conversation_counts_at_the_floor_in_the_comparison():
+    """A Director whose directives fail is not scored on its successes only: its failed conversations count at
+    the rubric's floor, the valid rate is reported, and the paired comparison includes them."""
+    from mascot.policy.evaluate_group import collective_totals, condition_metrics, paired_vs
+
+    records = [{"episode_id": f"q{i}|b0", "query_id": f"q{i}", "valid": i != 2, "turns": []} for i in range(4)]
+    scores = [{"episode_id": f"q{i}|b0", "query_id": f"q{i}", "status": "scored", "total_reward": 4.0,
+               "scores": {d: 4.0 for d in COLLECTIVE.dimensions}} for i in range(4) if i != 2]
+    m = condition_metrics(records, scores, [], {})
+    assert (m["valid_rate"], m["failed_conversations"], m["collective_total"]) == (0.75, 1, 4.0)
+    assert m["collective_total_with_failures"] == round((4.0 * 3 + 1.0) / 4, 4)
+    random = {f"q{i}": 3.0 for i in range(4)}
+    fig = paired_vs(random, collective_totals(records, scores))
+    assert fig["n"] == 4 and fig["mean"] == round((1.0 * 3 - 2.0) / 4, 4) and fig["too_few_to_tell"]

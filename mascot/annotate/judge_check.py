@@ -39,7 +39,7 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str) -> dict:
         both = [r for r in items.values() if r.get(better, {}).get("status") == "scored"
                 and r.get(worse, {}).get("status") == "scored" and r[better]["kind"] == kind]
         wins = pairwise_wins([r[better]["total_reward"] for r in both], [r[worse]["total_reward"] for r in both])
-        out[name] = mean_with_ci(wins)
+        out[name] = mean_with_ci(wins, null=0.5)
         out[name]["ties"] = sum(w == 0.5 for w in wins)
         out[name]["by_dimension"] = {
             d: round(fmean(pairwise_wins([r[better]["scores"][d] for r in both],
@@ -87,7 +87,7 @@ def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict]) -> dict
                 same.append(float((pa["reference"]["total_reward"] > pa[worse]["total_reward"])
                                   == (pb["reference"]["total_reward"] > pb[worse]["total_reward"])))
     return {"total_spearman": spearman([x for x, _ in both], [y for _, y in both]),
-            "same_call": mean_with_ci(same)}
+            "same_call": mean_with_ci(same, null=None)}
 
 
 def choose_style(by_style: dict[str, dict]) -> str:

@@ -63,7 +63,7 @@ def paired_differences(base: list[dict], grpo: list[dict]) -> dict:
         fig = mean_with_ci([y - x for x, y in vals])
         out[name] = {"base": round(fmean(x for x, _ in vals), 4) if vals else None,
                      "grpo": round(fmean(y for _, y in vals), 4) if vals else None,
-                     "diff": fig["mean"], "ci_low": fig["ci_low"], "ci_high": fig["ci_high"], "n": fig["n"]}
+                     "diff": fig["mean"], **{k: v for k, v in fig.items() if k != "mean"}}
     return out
 
 
@@ -124,6 +124,8 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     results["grpo_minus_base"] = diffs
     write_json(metrics_path, results)
     write_jsonl(replies_path, all_replies)
+    from mascot.stats import describe
+
     print("evaluate: GRPO - base on the same held-out queries (paired bootstrap 95% interval, n):")
     for name, d in diffs.items():
-        print(f"  {name}: base {d['base']} grpo {d['grpo']} diff {d['diff']} [{d['ci_low']}, {d['ci_high']}] n={d['n']}")
+        print(f"  {name}: base {d['base']} grpo {d['grpo']} diff {describe({**d, 'mean': d['diff']})}")

@@ -18,7 +18,7 @@ from statistics import fmean
 
 from mascot.annotate.director import block_messages
 from mascot.annotate.episodes import Branch, LLMDirector, Sampling, ScriptedDirector, episode_record, roll_forward
-from mascot.annotate.rubric import COLLECTIVE, PERSONA, reply_item
+from mascot.annotate.rubric import COLLECTIVE, PERSONA, SCORE_CHOICES, reply_item
 from mascot.annotate.score import episode_units, score_units
 
 
@@ -43,6 +43,18 @@ def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) ->
     return units
 
 
+# a conversation whose Director failed (a directive that did not parse) counts at the rubric's floor: a Director
+# is never scored on its successes only
+FAILED_CONVERSATION_SCORE = float(SCORE_CHOICES[0])
+
+
+def collective_totals(records: list[dict], group_scores: list[dict]) -> dict[str, float]:
+    """Per query: the collective total of its conversation, or the floor where the conversation failed. A valid
+    conversation the judge could not score is left out (the judge failed, not the Director)."""
+    totals = {s["query_id"]: s["total_reward"] for s in group_scores if s["status"] == "scored"}
+    return {**totals, **{e["query_id"]: FAILED_CONVERSATION_SCORE for e in records if not e["valid"]}}
+
+
 def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores: list[dict],
                       rm_scores: dict[str, float]) -> dict:
     def mean(values):
@@ -54,8 +66,13 @@ def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores
     agent_by_conversation = [[t for t in e["turns"] if t["role"] == "agent"] for e in records]
     agent = [t for turns in agent_by_conversation for t in turns]
     repeats = [a["speaker"] == b["speaker"] for turns in agent_by_conversation for a, b in zip(turns, turns[1:])]
+    with_failures = collective_totals(records, group_scores)
     return {"conversations": len(records), "valid_conversations": sum(e["valid"] for e in records),
+            "valid_rate": round(sum(e["valid"] for e in records) / len(records), 4) if records else None,
+            "failed_conversations": sum(not e["valid"] for e in records),
             "collective_scored": len(scored),
+            # the comparison's figure: every conversation, a failed one at the floor
+            "collective_total_with_failures": mean(with_failures.values()),
             **{f"collective_{d}": mean(s["scores"][d] for s in scored) for d in COLLECTIVE.dimensions},
             "collective_total": mean(s["total_reward"] for s in scored),
             "per_reply_scored": len(turns), "per_reply_total": mean(s["total_reward"] for s in turns),
@@ -136,7 +153,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                       scorer.score([(None, by_q[e["query_id"]]["context"], block_messages(e["turns"])) for e in valid])
                       if valid else []))
         metrics = condition_metrics(records, group_scores, turn_scores, rm)
-        totals[condition] = {s["query_id"]: s["total_reward"] for s in group_scores if s["status"] == "scored"}
+        totals[condition] = collective_totals(records, group_scores)
         tags = {**git, "condition": condition, "evaluation": "true", "group_reward_model": rm_name,
                 "group_reward_model_version": str(rm_version), "queries": str(len(queries))}
         if condition == "trained":
@@ -158,9 +175,16 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     judge.close()
     write_json(metrics_path, results)
     write_jsonl(out_path, records_all)
-    print(f"evaluate_group: {len(queries)} held-out conversations per condition, {p.agent_turns} agent turns each")
-    print(f"  {'condition':<12} {'valid':>5} {'collective':>10} {'per-reply':>9} {'group RM':>8}  speakers")
+    from mascot.stats import describe
+
+    print(f"evaluate_group: {len(queries)} held-out conversations per condition, {p.agent_turns} agent turns each; "
+          f"a failed conversation counts at the floor ({FAILED_CONVERSATION_SCORE}) in 'all'")
+    print(f"  {'condition':<12} {'n':>3} {'valid':>6} {'failed':>6} {'all':>7} {'valid only':>10} {'per-reply':>9} "
+          f"{'group RM':>8}  speakers")
     for c in p.conditions:
         m = results[c]
-        print(f"  {c:<12} {m['valid_conversations']:>5} {str(m['collective_total']):>10} {str(m['per_reply_total']):>9} "
-              f"{str(m['group_rm_score']):>8}  {m['speaker_usage']}")
+        print(f"  {c:<12} {m['conversations']:>3} {str(m['valid_rate']):>6} {m['failed_conversations']:>6} "
+              f"{str(m['collective_total_with_failures']):>7} {str(m['collective_total']):>10} "
+              f"{str(m['per_reply_total']):>9} {str(m['group_rm_score']):>8}  {m['speaker_usage']}")
+    for c, fig in results.get("minus_random_collective_total", {}).items():
+        print(f"  {c} - random, collective total with failures, paired: {describe(fig)}")

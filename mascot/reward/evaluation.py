@@ -49,7 +49,7 @@ def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
     out = {}
     for name, better, worse, kind in COMPARISONS:  # the judge's own comparisons, on the reward model
         both = [r for r in by_item.values() if r["kind"] == kind and better in r and worse in r]
-        fig = mean_with_ci(pairwise_wins([r[better] for r in both], [r[worse] for r in both]))
+        fig = mean_with_ci(pairwise_wins([r[better] for r in both], [r[worse] for r in both]), null=0.5)
         out.update({f"reference_{name}": fig["mean"], f"reference_{name}_ci_low": fig["ci_low"],
                     f"reference_{name}_ci_high": fig["ci_high"], f"reference_{name}_n": fig["n"]})
     return out
