@@ -92,3 +92,14 @@ def test_train_changes_lora_and_head_and_reloads_identically(tiny_model_dir, per
     assert again.score(probe_items(personas)) == pytest.approx(result["probe_scores"], abs=1e-5)
     # the easy preference (empathetic vs dismissive) is learned on train pairs
     assert m["eval_mean_margin"] > 0
+
+
+def test_training_throughput_counts_pairs_trained_per_second_of_training():
+    from mascot.config import TrainRMParams
+    from mascot.reward.train import training_throughput
+
+    params = TrainRMParams(batch_size=4, gradient_accumulation_steps=1, epochs=2)
+    # 10 pairs x 2 epochs = 20 pairs in 6 steps of up to 4 (the last batch of each epoch holds 2), 12 s of which
+    # 2 s were evaluation passes
+    out = training_throughput(10, params, 6, 1, 12.0, [{"loss": 1.0}, {"eval_runtime": 1.5}, {"eval_runtime": 0.5}])
+    assert out == {"trained_pairs": 20, "time_eval_in_train_s": 2.0, "train_pairs_per_s": 2.0}

@@ -52,6 +52,18 @@ def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int
     return rows, cut
 
 
+def training_throughput(train_pairs: int, params: TrainRMParams, steps: int, processes: int, train_s: float,
+                        log_history: list[dict]) -> dict:
+    """Pairs actually trained (each epoch's pairs; never more than the steps could hold, since a last batch is
+    short) per second of training, the evaluation passes inside trainer.train() taken out."""
+    capacity = steps * params.batch_size * params.gradient_accumulation_steps * processes
+    trained = min(round(train_pairs * params.epochs), capacity)
+    eval_s = sum(h.get("eval_runtime", 0.0) for h in log_history)
+    seconds = max(train_s - eval_s, 1e-9)
+    return {"trained_pairs": trained, "time_eval_in_train_s": round(eval_s, 3),
+            "train_pairs_per_s": round(trained / seconds, 4)}
+
+
 def check_score_head(adapter_dir: Path) -> list[str]:
     """The score head must travel with the adapter, or a reload scores with a random head."""
     from safetensors import safe_open
@@ -151,9 +163,9 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     lap("probe_s")
     metrics.update(train_pairs=len(train_rows), eval_pairs=len(eval_rows), cut_pairs=train_cut + eval_cut,
                    train_loss=round(result.training_loss, 6), train_steps=result.global_step,
-                   score_head_tensors=len(head_keys), train_pairs_per_s=round(
-                       result.global_step * params.batch_size * params.gradient_accumulation_steps
-                       * trainer.accelerator.num_processes / timings["train_s"], 4),
+                   score_head_tensors=len(head_keys), **training_throughput(
+                       len(train_rows), params, result.global_step, trainer.accelerator.num_processes,
+                       timings["train_s"], trainer.state.log_history),
                    **{f"time_{k}": round(v, 3) for k, v in timings.items()})
     return {"metrics": metrics, "chosen_scores": chosen, "rejected_scores": rejected,
             "probe_scores": probe_scores, "log_history": trainer.state.log_history}
