@@ -72,3 +72,39 @@ def test_grpo_trains_lora_policy(tiny_model_dir, personas, tmp_path, monkeypatch
     assert len(result["history"]) == 2 and all("reward" in h for h in result["history"])
     weights = load_file(tmp_path / "policy/adapter_model.safetensors")
     assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)  # B starts at zero: it moved
+
+
+def test_sampling_inside_a_reward_function_leaves_grpos_own_stream_alone(tiny_model_dir, tiny_backend, personas,
+                                                                         tmp_path, monkeypatch):
+    """The Director's reward rolls the conversation forward with the in-process backend inside the trainer's
+    step; that sampling must not reset the trainer's RNG, or the policy's next completions change."""
+    import mlflow
+
+    from mascot.llm.backend import SampleRequest
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    queries, pairs = pairs_and_queries()
+    params = GRPOParams(base_model=str(tiny_model_dir), num_generations=2, max_completion_length=6, max_steps=3,
+                        learning_rate=1e-2, lora=LoraParams(r=4, alpha=8))
+    rows = grpo_prompts(queries, pairs, personas, params)
+
+    def run(sample_in_reward: bool) -> list[str]:
+        seen = []
+
+        def spy(prompts, completions, **_):
+            seen.extend(completions)
+            return [float(len(c)) for c in completions]
+
+        def sampler(prompts, completions, **_):
+            if sample_in_reward:
+                tiny_backend.sample([SampleRequest("Person: hi\nThe Anchor:", n=2, max_tokens=4, seed=99)])
+            return [0.0] * len(completions)  # no signal: only its side effect could change the run
+
+        with mlflow.start_run():
+            train_policy(rows, [spy, sampler], [1.0, 1.0], params, tmp_path / f"p{sample_in_reward}",
+                         tmp_path / f"c{sample_in_reward}")
+        return seen
+
+    quiet, sampling = run(False), run(True)
+    assert len(quiet) == 3 * 4 and quiet == sampling  # 3 steps of 2 prompts x 2 completions

@@ -89,9 +89,12 @@ class LocalBackend:
                 key = (r.temperature, r.top_p, r.max_tokens, r.stop, r.regex, isinstance(r.prompt, str))
                 groups.setdefault(key, []).append((i, r))
             for (temperature, top_p, max_tokens, stop, regex, _), items in groups.items():
-                torch.manual_seed(items[0][1].seed + start)
-                for i, completion in zip([i for i, _ in items], self._generate(
-                        [self._text(r.prompt) for _, r in items], temperature, top_p, max_tokens, stop, regex)):
+                # a private stream: sampling here (e.g. inside a GRPO reward function) never moves the caller's RNG
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(items[0][1].seed + start)
+                    done = self._generate([self._text(r.prompt) for _, r in items], temperature, top_p, max_tokens,
+                                          stop, regex)
+                for i, completion in zip([i for i, _ in items], done):
                     out[i].append(completion)
             if progress:
                 progress(len(chunk))
@@ -270,7 +273,7 @@ class LocalBackend:
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start: start + self.batch_size]
             enc = self._encode(batch)
-            torch.manual_seed(seed + start)
+            # greedy under the grammar: no random stream is read, none is touched
             # xgrammar's processor keeps matcher state: one per generate call.
             gen = self.model.generate(**enc, max_new_tokens=max_tokens, do_sample=False,
                                       logits_processor=[LogitsProcessor(compiled)],
