@@ -127,3 +127,21 @@ def test_token_counts_count_a_shared_prefix_once(tiny_backend):
     prompt_len = out[0][0].prompt_tokens
     assert ran.generated == sum(c.completion_tokens for c in out[0]) > 0
     assert ran.prompt_sent == 3 * prompt_len and ran.prompt_computed == prompt_len - 1 + 3
+
+
+def test_a_recorded_batch_seed_and_members_regenerate_the_text(tiny_backend):
+    """In-process sampling is one stream per batch, so a candidate's request seed alone does not give its text
+    back; the record says so (scope "batch") and names what does: the batch's seed and members, in order."""
+    from mascot.llm.backend import SampleRequest
+
+    reqs = [SampleRequest(f"Person: I feel low {i}\nThe Anchor:", n=2, max_tokens=6, seed=100 + i) for i in range(3)]
+    first = tiny_backend.sample(reqs)
+    scope = first[1][0].seed_scope
+    assert scope["scope"] == "batch" and scope["batch_members"] == [100, 100, 101, 101, 102, 102]
+    assert scope["batch_seed"] == 100 and scope["batch_index"] == 2
+    again = tiny_backend.sample(reqs)  # the same members in the same order: the same texts
+    assert [[c.text for c in g] for g in again] == [[c.text for c in g] for g in first]
+    alone = tiny_backend.sample([reqs[1]])  # the request alone is another batch: another stream
+    assert alone[0][0].seed_scope["batch_members"] == [101, 101] and alone[0][0].seed_scope["batch_seed"] == 101
+    greedy = tiny_backend.sample([SampleRequest("Person: hi\nThe Anchor:", temperature=0.0, max_tokens=4)])
+    assert greedy[0][0].seed_scope == {"scope": "greedy"}

@@ -98,3 +98,14 @@ def test_strip_thinking():
     assert strip_thinking("<think>a\nb</think>\n\nHello") == ("Hello", True)
     assert strip_thinking("no thoughts here") == ("no thoughts here", False)
     assert strip_thinking("<think>ran out of budget while thin") == ("", True)
+
+
+def test_each_reply_says_what_its_seed_reproduces(server):
+    """A seed sent to the server reproduces the request; with send_seed off (vLLM's CPU build) nothing was
+    seeded, and the record says so instead of keeping a seed that means nothing."""
+    req = SampleRequest([{"role": "user", "content": "hi"}], n=2, seed=5)
+    (sent,) = backend(server, send_seed=True).sample([req])
+    (unsent,) = backend(server, send_seed=False).sample([req])
+    assert StandIn.bodies[-2][1]["seed"] == 5 and "seed" not in StandIn.bodies[-1][1]
+    assert [c.seed_scope for c in sent] == [{"scope": "request"}] * 2
+    assert [c.seed_scope for c in unsent] == [{"scope": "unseeded"}] * 2

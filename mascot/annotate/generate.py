@@ -53,7 +53,8 @@ def generate_candidates(queries: list[dict], personas: dict[str, Persona], param
             "candidate_id": candidate_id(q["query_id"], name, k), "query_id": q["query_id"], "persona": name,
             "candidate_index": k, "model": backend.model_name,
             "sampling": {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
-                         "seed": req.seed, "prompt_style": params.prompt_style, "stop": list(req.stop)},
+                         "seed": req.seed, "seed_scope": c.seed_scope, "prompt_style": params.prompt_style,
+                         "stop": list(req.stop)},
             "text": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
             "finish_reason": c.finish_reason, "thinking_removed": c.thinking_removed}
             for k, c in enumerate(completions)]} for (q, name, req, _), completions in zip(chunk, outputs)]

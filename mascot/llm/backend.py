@@ -32,6 +32,10 @@ class Completion:
     completion_tokens: int | None  # None where the server reports only a whole request's total (n > 1)
     finish_reason: str  # "stop" or "length"
     thinking_removed: bool = False  # a <think>...</think> block was cut out of `text`
+    # what the request's seed reproduces: {"scope": "request"} (the server sampled with it), {"scope":
+    # "unseeded"} (no seed was sent), or in-process {"scope": "batch", "batch_seed", "batch_members",
+    # "batch_index"}: one stream for the batch, so the text comes back from the same members in the same order
+    seed_scope: dict | None = None
 
 
 THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)

@@ -90,12 +90,16 @@ class LocalBackend:
                 groups.setdefault(key, []).append((i, r))
             for (temperature, top_p, max_tokens, stop, regex, _), items in groups.items():
                 # a private stream: sampling here (e.g. inside a GRPO reward function) never moves the caller's RNG
+                batch_seed = items[0][1].seed + start
                 with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(items[0][1].seed + start)
+                    torch.manual_seed(batch_seed)
                     done = self._generate([self._text(r.prompt) for _, r in items], temperature, top_p, max_tokens,
                                           stop, regex)
-                for i, completion in zip([i for i, _ in items], done):
-                    out[i].append(completion)
+                members = [r.seed for _, r in items]
+                for j, ((i, _), completion) in enumerate(zip(items, done)):
+                    scope = ({"scope": "batch", "batch_seed": batch_seed, "batch_members": members, "batch_index": j}
+                             if temperature > 0 else {"scope": "greedy"})
+                    out[i].append(replace(completion, seed_scope=scope))
             if progress:
                 progress(len(chunk))
         return out

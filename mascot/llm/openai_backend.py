@@ -184,7 +184,8 @@ class OpenAIBackend:
             count = len(ids) if ids is not None else (
                 resp.usage.completion_tokens if resp.usage and len(texts) == 1 else None)
             text, thought = strip_thinking(text.strip())
-            out.append(Completion(text, prompt_tokens, count, finish or "stop", thought))
+            scope = {"scope": "greedy" if r.temperature == 0 else "request" if "seed" in common else "unseeded"}
+            out.append(Completion(text, prompt_tokens, count, finish or "stop", thought, scope))
         return out
 
     def choice_distribution(self, prompts: list[str], choices: list[str], progress=None) -> list[ChoiceDistribution]:
