@@ -136,7 +136,10 @@ class ScoreParams(Block):
     prompt_style: Literal["plain", "chat", "auto"] = "plain"
     few_shot: bool = True
     max_tokens: int = Field(320, ge=16)  # json mode
+    # json mode: a reply that does not parse is asked again, with twice the budget when it was cut at max_tokens,
+    # otherwise sampled at retry_temperature (a greedy retry would repeat the failure)
     max_parse_retries: int = Field(2, ge=0)
+    retry_temperature: float = Field(0.7, gt=0)
     # expected mode: below this probability on the digits 1-5 the judge did not answer: unscored
     min_choice_mass: float = Field(0.2, ge=0, le=1)
 

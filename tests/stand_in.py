@@ -20,6 +20,7 @@ class StandIn(BaseHTTPRequestHandler):
     stall_s: float = 5.0
     chat_prefix: str = ""  # e.g. a <think>...</think> block, as a reasoning model writes before its answer
     json_reply: str | None = None  # the text of every completion (e.g. a judge that always answers the same)
+    chars_per_token: int | None = None  # with json_reply: a reply longer than max_tokens x this is cut ("length")
 
     def log_message(self, *args):
         pass
@@ -55,15 +56,16 @@ class StandIn(BaseHTTPRequestHandler):
             resp = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"],
                     "choices": [choice], "usage": usage}
         elif self.path.endswith("/chat/completions"):
+            choices = []
+            for i in range(body.get("n", 1)):
+                text, finish = self._budgeted(body, f"{cls.chat_prefix} reply {i} ")
+                choices.append({"index": i, "finish_reason": finish, "message": {"role": "assistant", "content": text}})
             resp = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "usage": usage,
-                    "choices": [{"index": i, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": cls.json_reply if cls.json_reply is not None
-                                             else f"{cls.chat_prefix} reply {i} "}}
-                                for i in range(body.get("n", 1))]}
+                    "choices": choices}
         else:
-            text = cls.json_reply if cls.json_reply is not None else " text"
+            text, finish = self._budgeted(body, " text")
             resp = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"], "usage": usage,
-                    "choices": [{"index": i, "text": text, "finish_reason": "stop", "logprobs": None}
+                    "choices": [{"index": i, "text": text, "finish_reason": finish, "logprobs": None}
                                 for i in range(body.get("n", 1))]}
         data = json.dumps(resp).encode()
         self.send_response(200)
@@ -71,6 +73,14 @@ class StandIn(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+    def _budgeted(self, body: dict, default: str) -> tuple[str, str]:
+        cls = type(self)
+        if cls.json_reply is None:
+            return default, "stop"
+        limit = body.get("max_tokens", 10**9) * (cls.chars_per_token or 10**9)
+        return (cls.json_reply[:limit], "length") if len(cls.json_reply) > limit else (cls.json_reply, "stop")
 
 
 class StandInServer(ThreadingHTTPServer):
@@ -82,7 +92,7 @@ class StandInServer(ThreadingHTTPServer):
 @pytest.fixture
 def server():
     StandIn.bodies, StandIn.fail_first, StandIn.ok_budget, StandIn.fault = [], 0, None, "503"
-    StandIn.chat_prefix, StandIn.json_reply = "", None
+    StandIn.chat_prefix, StandIn.json_reply, StandIn.chars_per_token = "", None, None
     httpd = StandInServer(("127.0.0.1", 0), StandIn)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)

@@ -22,7 +22,7 @@ class Counting:
         self.prompts += len(prompts)
         return self.inner.choice_distribution(prompts, choices, progress)
 
-    def json_complete(self, prompts, schema, max_tokens, seed=0, progress=None):
+    def json_complete(self, prompts, schema, max_tokens, seed=0, progress=None, temperature=0.0):
         self.prompts += len(prompts)
         return self.inner.json_complete(prompts, schema, max_tokens, seed, progress)
 
@@ -94,7 +94,7 @@ class Garbage:
     def __init__(self):
         self.calls = 0
 
-    def json_complete(self, prompts, schema, max_tokens, seed=0, progress=None):
+    def json_complete(self, prompts, schema, max_tokens, seed=0, progress=None, temperature=0.0):
         self.calls += 1
         return [Completion('{"persona_consistency": {"score": 9', 10, 5, "length") for _ in prompts]
 

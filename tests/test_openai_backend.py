@@ -109,3 +109,42 @@ def test_each_reply_says_what_its_seed_reproduces(server):
     assert StandIn.bodies[-2][1]["seed"] == 5 and "seed" not in StandIn.bodies[-1][1]
     assert [c.seed_scope for c in sent] == [{"scope": "request"}] * 2
     assert [c.seed_scope for c in unsent] == [{"scope": "unseeded"}] * 2
+
+
+def _candidates_for_json(personas):
+    queries = {"q1": {"query_id": "q1", "context": [{"role": "user", "content": "I can't sleep."}]}}
+    cands = [{"candidate_id": "q1|The Anchor|0", "query_id": "q1", "persona": "The Anchor", "text": "That sounds hard."}]
+    return cands, queries
+
+
+def test_a_json_reply_cut_at_max_tokens_is_retried_with_a_larger_budget(server, personas):
+    import json
+
+    from mascot.annotate.rubric import DIMENSIONS
+    from mascot.annotate.score import score_candidates
+    from mascot.config import ScoreParams
+
+    reply = json.dumps({d: {"score": 4, "reason": "warm and specific to what the person said " * 2}
+                        for d in DIMENSIONS})
+    StandIn.json_reply, StandIn.chars_per_token = reply, 2  # 200 tokens hold 400 characters: the reply is cut
+    assert 400 < len(reply) <= 800
+    cands, queries = _candidates_for_json(personas)
+    (record,) = score_candidates(cands, queries, personas, ScoreParams(mode="json", max_tokens=200),
+                                 backend(server, send_seed=False), prompt_style="chat")
+    print("\nJSON RETRY:", json.dumps({k: record[k] for k in ("status", "attempts", "attempt_settings", "total_reward")}))
+    assert record["status"] == "scored" and record["attempts"] == 2 and record["total_reward"] == 4.0
+    assert [a["max_tokens"] for a in record["attempt_settings"]] == [200, 400]
+    assert [a["finish_reason"] for a in record["attempt_settings"]] == ["length", "stop"]
+    assert [b["max_tokens"] for _, b in StandIn.bodies] == [200, 400]
+
+
+def test_an_unparseable_json_reply_is_retried_sampled_not_greedy(server, personas):
+    from mascot.annotate.score import score_candidates
+    from mascot.config import ScoreParams
+
+    StandIn.json_reply = '{"persona_consistency": "high"}'  # parses as JSON, not under the rubric
+    cands, queries = _candidates_for_json(personas)
+    (record,) = score_candidates(cands, queries, personas, ScoreParams(mode="json", max_parse_retries=2),
+                                 backend(server, send_seed=False), prompt_style="chat")
+    assert record["status"] == "unscored" and record["attempts"] == 3 and len(record["raw_replies"]) == 3
+    assert [b["temperature"] for _, b in StandIn.bodies] == [0.0, 0.7, 0.7]

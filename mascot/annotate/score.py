@@ -48,31 +48,44 @@ def _score_expected(chunk, prompts_per_unit, rubric, params, backend) -> list[di
 
 
 def _score_json(chunk, prompts_per_unit, rubric, params, backend) -> list[dict]:
+    """JSON ratings under the rubric's schema. A reply that does not parse is asked again in a way that can
+    differ: one cut at its token budget gets twice the budget (up to 4x max_tokens), any other gets sampled
+    at score.retry_temperature instead of greedy. Each record keeps its attempts."""
     prompts = [unit_prompts["json"] for unit_prompts in prompts_per_unit]
     results: dict[int, dict] = {}
     raws: dict[int, list[str]] = {i: [] for i in range(len(chunk))}
+    tried: dict[int, list[dict]] = {i: [] for i in range(len(chunk))}
+    settings = {i: (params.max_tokens, 0.0) for i in range(len(chunk))}  # (token budget, temperature)
     pending = list(range(len(chunk)))
     for attempt in range(params.max_parse_retries + 1):
         if not pending:
             break
-        replies = backend.json_complete([prompts[i] for i in pending], rubric.json_schema, params.max_tokens,
-                                        seed=attempt)
+        groups: dict[tuple, list[int]] = {}
+        for i in pending:
+            groups.setdefault(settings[i], []).append(i)
         still = []
-        for i, reply in zip(pending, replies):
-            raws[i].append(reply.text)
-            try:
-                scores, reasons = rubric.parse_json(reply.text)
-            except JudgeParseError as exc:
-                raws[i][-1] = f"{reply.text}  [{exc}]"
-                still.append(i)
-                continue
-            results[i] = _record(chunk[i], backend.model_name, "json", scores=scores,
-                                 total_reward=round(rubric.total(scores), 4), reasons=reasons, attempts=attempt + 1)
+        for (budget, temperature), members in groups.items():
+            replies = backend.json_complete([prompts[i] for i in members], rubric.json_schema, budget, seed=attempt,
+                                            temperature=temperature)
+            for i, reply in zip(members, replies):
+                raws[i].append(reply.text)
+                tried[i].append({"max_tokens": budget, "temperature": temperature, "finish_reason": reply.finish_reason})
+                try:
+                    scores, reasons = rubric.parse_json(reply.text)
+                except JudgeParseError as exc:
+                    raws[i][-1] = f"{reply.text}  [{exc}]"
+                    still.append(i)
+                    settings[i] = ((min(budget * 2, params.max_tokens * 4), temperature) if reply.finish_reason == "length"
+                                   else (budget, params.retry_temperature))
+                    continue
+                results[i] = _record(chunk[i], backend.model_name, "json", scores=scores,
+                                     total_reward=round(rubric.total(scores), 4), reasons=reasons,
+                                     attempts=attempt + 1, attempt_settings=tried[i])
         pending = still
     for i in pending:
         results[i] = _unscored(chunk[i], backend.model_name, "json",
                                f"judge reply unparseable after {params.max_parse_retries + 1} attempts",
-                               raw_replies=raws[i])
+                               raw_replies=raws[i], attempts=len(tried[i]), attempt_settings=tried[i])
     return [results[i] for i in range(len(chunk))]
 
 

@@ -266,7 +266,7 @@ class LocalBackend:
 
     @torch.inference_mode()
     def json_complete(self, prompts: list[str], schema: dict, max_tokens: int, seed: int = 0,
-                      progress=None) -> list[Completion]:
+                      progress=None, temperature: float = 0.0) -> list[Completion]:
         """Grammar-constrained decoding (xgrammar): the output always parses under `schema`."""
         from xgrammar.contrib.hf import LogitsProcessor
 
@@ -277,11 +277,14 @@ class LocalBackend:
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start: start + self.batch_size]
             enc = self._encode(batch)
-            # greedy under the grammar: no random stream is read, none is touched
-            # xgrammar's processor keeps matcher state: one per generate call.
-            gen = self.model.generate(**enc, max_new_tokens=max_tokens, do_sample=False,
-                                      logits_processor=[LogitsProcessor(compiled)],
-                                      pad_token_id=self.tokenizer.pad_token_id)
+            sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0} if temperature > 0 else {
+                "do_sample": False}
+            with torch.random.fork_rng(devices=[]):  # a retry's sampling never moves the caller's stream
+                torch.manual_seed(seed + start)
+                # xgrammar's processor keeps matcher state: one per generate call.
+                gen = self.model.generate(**enc, max_new_tokens=max_tokens, **sampling,
+                                          logits_processor=[LogitsProcessor(compiled)],
+                                          pad_token_id=self.tokenizer.pad_token_id)
             prompt_len = enc["input_ids"].shape[1]
             for row in range(len(batch)):
                 ids = [t for t in gen[row, prompt_len:].tolist() if t != self.tokenizer.pad_token_id]

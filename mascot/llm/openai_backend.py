@@ -219,20 +219,23 @@ class OpenAIBackend:
         return self._run(factory, progress)
 
     def json_complete(self, prompts: list[str], schema: dict, max_tokens: int, seed: int = 0,
-                      progress=None) -> list[Completion]:
+                      progress=None, temperature: float = 0.0) -> list[Completion]:
+        # a sampled retry sends its seed only where seeds are safe (see send_seed); greedy needs none
+        seeded = {"seed": seed} if temperature > 0 and self.send_seed else {}
+
         async def one(client, prompt):
             constraint = {"structured_outputs": {"json": schema}}
             self.stats.count("/v1/completions" if isinstance(prompt, str) else "/v1/chat/completions")
             if isinstance(prompt, str):
                 resp = await client.completions.create(
-                    model=self.model_name, prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=seed,
+                    model=self.model_name, prompt=prompt, max_tokens=max_tokens, temperature=temperature, **seeded,
                     extra_body=constraint)
                 text = resp.choices[0].text
             else:
                 kwargs = self._chat_kwargs(prompt)
                 kwargs["extra_body"].update(constraint)
                 resp = await client.chat.completions.create(
-                    model=self.model_name, max_tokens=max_tokens, temperature=0.0, seed=seed, **kwargs)
+                    model=self.model_name, max_tokens=max_tokens, temperature=temperature, **seeded, **kwargs)
                 text = resp.choices[0].message.content or ""
             usage = resp.usage
             text, thought = strip_thinking(text)
