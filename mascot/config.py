@@ -301,6 +301,12 @@ class EvaluateParams(Block):
     seed: int = 0
 
 
+class HeldOutParams(Block):
+    """The queries no model trains on, which evaluate and evaluate_group use (mascot/splits.py: one rule)."""
+    fraction: float = Field(0.25, gt=0, lt=1)
+    seed: int = 0
+
+
 class StatsParams(Block):
     # below this many items a comparison prints the exact sign test's p-value and "too few to tell"
     min_n: int = Field(10, ge=2)
@@ -330,6 +336,7 @@ class Params(Block):
     train_group_rm: TrainRMParams = TrainRMParams(registered_model="mascot-group-rm")
     train_director: DirectorParams = DirectorParams()
     evaluate_group: EvaluateGroupParams = EvaluateGroupParams()
+    heldout: HeldOutParams = HeldOutParams()
     stats: StatsParams = StatsParams()
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

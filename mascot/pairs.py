@@ -10,21 +10,9 @@ from itertools import combinations
 
 from mascot.config import PairsParams
 from mascot.data.personas import Persona
+from mascot.splits import is_held_out, split_of
 
 EPS = 1e-9  # totals are means of floats: a gap of exactly the margin must count
-
-
-def split_of(query_ids: list[str], eval_fraction: float, seed: int) -> dict[str, str]:
-    """Deterministic split by query: a query's hash decides; at least one eval query when asked for any."""
-    def h(qid: str) -> float:
-        return int(hashlib.sha256(f"{seed}:{qid}".encode()).hexdigest()[:12], 16) / 16**12
-    ids = sorted(set(query_ids))
-    split = {qid: "eval" if h(qid) < eval_fraction else "train" for qid in ids}
-    if eval_fraction > 0 and len(ids) > 1 and "eval" not in split.values():
-        split[min(ids, key=h)] = "eval"
-    if len(ids) > 1 and "train" not in split.values():  # a split with nothing to train on is no split
-        split[max(ids, key=h)] = "train"
-    return split
 
 
 def scored_groups(scores: list[dict], unit_id: str, group_fields: tuple[str, ...]) -> dict[tuple, list[dict]]:
@@ -53,9 +41,11 @@ def ranked_pairs(group: list[dict], margin: float, text_of) -> list[tuple[dict, 
 
 
 def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, dict],
-                personas: dict[str, Persona], params: PairsParams) -> list[dict]:
+                personas: dict[str, Persona], params: PairsParams, heldout=None) -> list[dict]:
+    """Pairs of every query that is not held out (`heldout`: the params block; mascot/splits.py)."""
     by_id = {c["candidate_id"]: c for c in candidates}
-    groups = scored_groups(scores, "candidate_id", ("query_id", "persona"))
+    groups = {k: g for k, g in scored_groups(scores, "candidate_id", ("query_id", "persona")).items()
+              if heldout is None or not is_held_out(k[0], heldout)}
     split = split_of([q for q, _ in groups], params.eval_fraction, params.split_seed)
     pairs = []
     for (query_id, persona_name), group in sorted(groups.items()):
@@ -98,7 +88,6 @@ def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[st
                 "margin": round(hi["total_reward"] - lo["total_reward"], 4),
                 "chosen_id": chosen["episode_id"], "rejected_id": rejected["episode_id"],
             })
-    # Split over the prefixes that formed pairs: few branches differ by the margin, so most prefixes have none
     split = split_of([p["query_id"] for p in pairs], params.eval_fraction, params.split_seed)
     return [{**p, "split": split[p["query_id"]]} for p in pairs]
 
@@ -157,14 +146,14 @@ def pair_metrics_summary(pairs: list[dict], margin: float, before: float | None,
             "equal_length_pairs": sum(chosen_longer(p) is None for p in pairs), "dropped_for_length_balance": dropped}
 
 
-def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics: str) -> None:
+def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics: str, extra: dict | None = None) -> None:
     from mascot.io import write_json, write_jsonl
 
     before, dropped = chosen_longer_fraction(pairs), 0
     if params.balance_length:
         pairs, dropped = balance_length(pairs, params.split_seed)
     write_jsonl(out, pairs)
-    m = pair_metrics_summary(pairs, params.score_margin, before, dropped)
+    m = {**pair_metrics_summary(pairs, params.score_margin, before, dropped), **(extra or {})}
     write_json(metrics, m)
     print(f"{name}: {len(pairs)} pairs at margin {params.score_margin}, chosen longer in "
           f"{m['chosen_longer_fraction']} (before balancing {before}, {dropped} dropped) -> {out}")
@@ -178,8 +167,9 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     pairs = build_pairs(load_jsonl(candidates_path), load_jsonl(scores_path), queries,
-                        load_personas(params.prepare.personas_file), params.pairs)
-    _finish("pairs", pairs, params.pairs, out, metrics)
+                        load_personas(params.prepare.personas_file), params.pairs, params.heldout)
+    held = sum(is_held_out(q, params.heldout) for q in queries)
+    _finish("pairs", pairs, params.pairs, out, metrics, {"heldout_queries": held, "queries": len(queries)})
 
 
 def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",

@@ -210,7 +210,7 @@ def test_director_rewards_format_diversity_and_a_floor_for_unparseable(tiny_back
 def test_director_states_and_group_evaluation_figures(personas):
     from mascot.config import DirectorParams
     from mascot.policy.director import director_states
-    from mascot.policy.evaluate_group import condition_metrics, held_out_queries, turn_units
+    from mascot.policy.evaluate_group import condition_metrics, turn_units
 
     episodes, scores, queries = block_data()
     rows = director_states(episodes, queries, personas, DirectorParams())
@@ -225,17 +225,14 @@ def test_director_states_and_group_evaluation_figures(personas):
     assert m["conversations"] == 6 and m["valid_conversations"] == 5 and m["collective_scored"] == 5
     assert m["collective_total"] == round((4 + 2 + 3 + 3.05 + 1) / 5, 4) and m["group_rm_score"] == 1.0
     assert m["speaker_usage"]["The Catalyst"] == 4 and m["same_speaker_twice_rate"] == 0.0
-    all_queries = [{"query_id": q} for q in ("p1", "p2", "p3", "p4")]
-    assert [q["query_id"] for q in held_out_queries(all_queries, episodes, None)] == ["p3", "p4"]
 
 
 def test_block_pairs_split_over_the_prefixes_that_formed_pairs():
-    from mascot.pairs import build_block_pairs, split_of
+    from mascot.pairs import build_block_pairs
 
     episodes, scores, queries = block_data()
     pairs = build_block_pairs(episodes, scores, queries, PairsParams(score_margin=0.5, eval_fraction=0.9))
     assert {p["split"] for p in pairs} == {"train", "eval"}  # never all eval, never all train
-    assert set(split_of(["a", "b"], 0.99, 0).values()) == {"train", "eval"}
 
 
 def test_a_failed_conversation_counts_at_the_floor_in_the_comparison():

@@ -1,7 +1,8 @@
 import pytest
 
 from mascot.config import PairsParams
-from mascot.pairs import build_pairs, split_of
+from mascot.pairs import build_pairs
+from mascot.splits import split_of
 
 
 def make(query, persona, totals, texts=None):
@@ -62,7 +63,57 @@ def test_split_by_query_is_deterministic_and_disjoint(personas, queries):
     for p in pairs:
         by_query.setdefault(p["query_id"], set()).add(p["split"])
     assert all(len(s) == 1 for s in by_query.values())
-    assert {"train", "eval"} == {s for v in by_query.values() for s in v}  # at least one eval query
     ids = [f"q{i}" for i in range(2000)]
     frac = sum(v == "eval" for v in split_of(ids, 0.1, 0).values()) / len(ids)
     assert 0.08 < frac < 0.12
+
+
+def _scored(query_ids):
+    from mascot.annotate.rubric import DIMENSIONS
+
+    cands, scores = [], []
+    for q in query_ids:
+        for i, total in enumerate((4.0, 2.0)):
+            cid = f"{q}|The Anchor|{i}"
+            cands.append({"candidate_id": cid, "query_id": q, "persona": "The Anchor", "candidate_index": i,
+                          "text": f"reply {i} to {q}"})
+            scores.append({"candidate_id": cid, "query_id": q, "persona": "The Anchor", "status": "scored",
+                           "total_reward": total, "scores": {d: total for d in DIMENSIONS}})
+    return cands, scores, {q: {"query_id": q, "context": [{"role": "user", "content": "hi"}]} for q in query_ids}
+
+
+def test_adding_or_removing_other_queries_never_moves_a_pair(personas):
+    from mascot.config import HeldOutParams
+
+    heldout = HeldOutParams(fraction=0.25)
+    params = PairsParams(score_margin=0.5, eval_fraction=0.3)
+    ids = [f"q{i}" for i in range(40)]
+    base = {p["pair_id"]: p["split"] for p in build_pairs(*_scored(ids), personas, params, heldout)}
+    fewer = {p["pair_id"]: p["split"] for p in build_pairs(*_scored(ids[::3]), personas, params, heldout)}
+    more = {p["pair_id"]: p["split"] for p in build_pairs(*_scored(ids + [f"x{i}" for i in range(25)]), personas,
+                                                          params, heldout)}
+    assert fewer and all(base[k] == v for k, v in fewer.items())
+    assert all(more[k] == v for k, v in base.items())
+    assert {"train", "eval"} <= set(base.values())
+
+
+def test_one_rule_evaluation_uses_only_queries_no_model_trained_on(personas):
+    """The reward model trains on train pairs, the speaker's GRPO on eval-split queries, the Director's on the
+    episodes' prefixes: evaluate and evaluate_group take held-out queries, which are in none of them."""
+    from mascot.annotate.episodes import episode_queries
+    from mascot.config import GRPOParams, HeldOutParams
+    from mascot.policy.grpo import grpo_prompts
+    from mascot.splits import held_out
+
+    heldout = HeldOutParams(fraction=0.25)
+    ids = [f"q{i}" for i in range(40)]
+    cands, scores, queries = _scored(ids)
+    pairs = build_pairs(cands, scores, queries, personas, PairsParams(score_margin=0.5, eval_fraction=0.3), heldout)
+    evaluated = {q["query_id"] for q in held_out(list(queries.values()), heldout)}
+    trained = ({p["query_id"] for p in pairs}
+               | {r["query_id"] for r in grpo_prompts(queries, pairs, personas, GRPOParams())}
+               | {q["query_id"] for q in episode_queries(list(queries.values()), None, 7, heldout)})
+    assert evaluated and not evaluated & trained
+    assert evaluated | trained == set(ids)
+    with pytest.raises(ValueError, match="none of the 1 queries is held out"):
+        held_out([{"query_id": sorted(set(ids) - evaluated)[0]}], heldout)

@@ -3,7 +3,6 @@ import json
 import pytest
 
 from mascot.config import GRPOParams, LoraParams
-from mascot.policy.evaluate import held_out_queries
 from mascot.policy.grpo import grpo_prompts, train_policy
 from mascot.policy.rewards import first_line, format_score, make_reward_model_reward
 
@@ -50,8 +49,6 @@ def test_grpo_prompts_are_eval_queries_once(personas):
     rows = grpo_prompts(queries, pairs, personas, GRPOParams())
     assert [(r["query_id"], r["persona"]) for r in rows] == [("q0", "The Anchor"), ("q2", "Action Guide")]
     assert rows[0]["prompt"].endswith("Person: help 0\nThe Anchor:")
-    held = held_out_queries(list(queries.values()), pairs, None)
-    assert [q["query_id"] for q in held] == ["q3", "q1"]  # never in pairs first; GRPO's queries excluded
 
 
 def test_grpo_trains_lora_policy(tiny_model_dir, personas, tmp_path, monkeypatch):

@@ -180,9 +180,12 @@ def episode_record(b: Branch, source: str | None, models: dict, sampling: dict) 
             "invalid_raw": b.invalid_raw, "turns": b.turns, "models": models, "sampling": sampling}
 
 
-def episode_queries(queries: list[dict], max_queries: int | None, seed: int) -> list[dict]:
-    """The queries that get episodes: a seeded order (sources mixed), the first `max_queries`; the rest stay
-    held out for the group evaluation."""
+def episode_queries(queries: list[dict], max_queries: int | None, seed: int, heldout=None) -> list[dict]:
+    """The queries that get episodes: those not held out (mascot/splits.py), in a seeded order (sources mixed),
+    the first `max_queries`."""
+    from mascot.splits import is_held_out
+
+    queries = [q for q in queries if heldout is None or not is_held_out(q["query_id"], heldout)]
     ranked = sorted(queries, key=lambda q: hashlib.sha256(f"{seed}:{q['query_id']}".encode()).hexdigest())
     return ranked[:max_queries] if max_queries else ranked
 
@@ -251,7 +254,7 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/grou
     from mascot.llm.factory import make_backend
 
     p = params.episodes
-    queries = episode_queries(load_jsonl(queries_path), p.max_queries, p.seed)
+    queries = episode_queries(load_jsonl(queries_path), p.max_queries, p.seed, params.heldout)
     personas = load_personas(params.prepare.personas_file)
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     director_backend = (make_backend(params.llm.director, "llm.director") if params.llm.director else speaker)

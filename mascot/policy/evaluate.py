@@ -16,15 +16,6 @@ from mascot.config import GenerateParams
 from mascot.reward.prompt import persona_fields
 
 
-def held_out_queries(queries: list[dict], pairs: list[dict], limit: int | None) -> list[dict]:
-    """Queries GRPO never trained on (its prompts are the eval-split queries), fewest-seen first."""
-    grpo = {p["query_id"] for p in pairs if p["split"] == "eval"}
-    in_pairs = {p["query_id"] for p in pairs}
-    rest = sorted((q for q in queries if q["query_id"] not in grpo), key=lambda q: (q["query_id"] in in_pairs,
-                                                                                     q["query_id"]))
-    return rest[:limit] if limit else rest
-
-
 def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[dict, list[dict]]:
     gen = GenerateParams(num_agents_per_query=1, prompt_style=params.grpo.prompt_style,
                          temperature=params.evaluate.temperature, max_tokens=params.evaluate.max_tokens,
@@ -95,7 +86,10 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     registry.setup_tracking(params)
     exp = registry.experiment_id(params.mlflow.policy_experiment, params.mlflow.artifact_root)
     personas = load_personas(params.prepare.personas_file)
-    queries = held_out_queries(load_jsonl(queries_path), load_jsonl(pairs_path), params.evaluate.max_queries)
+    from mascot.splits import held_out
+
+    # queries no model trained on: never in pairs (the reward model), never GRPO prompts (the policy)
+    queries = held_out(load_jsonl(queries_path), params.heldout, params.evaluate.max_queries)
     rm_name, alias = params.train_rm.registered_model, params.grpo.reward_alias
     rm_version = registry.check_recorded_champion(rm_name, alias, "metrics/promote.json", "evaluate", "promote")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")

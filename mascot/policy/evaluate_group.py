@@ -22,12 +22,6 @@ from mascot.annotate.rubric import COLLECTIVE, PERSONA, SCORE_CHOICES, reply_ite
 from mascot.annotate.score import episode_units, score_units
 
 
-def held_out_queries(queries: list[dict], episodes: list[dict], limit: int | None) -> list[dict]:
-    used = {e["query_id"] for e in episodes}
-    rest = sorted((q for q in queries if q["query_id"] not in used), key=lambda q: q["query_id"])
-    return rest[:limit] if limit else rest
-
-
 def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) -> list[dict]:
     """Each agent turn as a stage-1 unit: its persona, the conversation before it, its text."""
     units = []
@@ -115,9 +109,13 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     exp = registry.experiment_id(params.mlflow.director_experiment, params.mlflow.artifact_root)
     personas = load_personas(params.prepare.personas_file)
     all_queries = load_jsonl(queries_path)
-    queries = held_out_queries(all_queries, load_jsonl(episodes_path), p.max_queries)
-    if not queries:
-        raise ValueError("evaluate_group: every query was given episodes; lower episodes.max_queries to hold some out")
+    from mascot.splits import held_out
+
+    queries = held_out(all_queries, params.heldout, p.max_queries)  # never given episodes, never trained on
+    given = {e["query_id"] for e in load_jsonl(episodes_path)} & {q["query_id"] for q in queries}
+    if given:
+        raise ValueError(f"evaluate_group: held-out queries {sorted(given)} were given episodes: data/group/episodes.jsonl "
+                         "is older than the held-out rule; rerun the episodes stage")
     by_q = {q["query_id"]: q for q in all_queries}
     rm_name, alias = params.train_group_rm.registered_model, d.reward_alias
     rm_version = registry.check_recorded_champion(rm_name, alias, "metrics/promote_group.json", "evaluate_group",
