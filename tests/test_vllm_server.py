@@ -158,3 +158,22 @@ def test_seeds_are_off_for_the_cpu_build(vllm):
 
     backend = OpenAIBackend(endpoint(vllm, send_seed="auto"))
     assert server_device(vllm.base_url) == "cpu" and backend.send_seed is False
+
+
+@pytest.mark.parametrize("style", ["plain", "chat"])
+def test_choice_distributions_agree_between_vllm_and_in_process(vllm, tiny_model_dir, style):
+    """The same judge prompt, the same tiny model: the digit distribution and its mass from vLLM's logprobs
+    (top 20) and from the in-process softmax agree, so a figure does not change meaning with the backend."""
+    from mascot.annotate.rubric import SCORE_CHOICES
+    from mascot.llm.local_backend import LocalBackend
+
+    prompts = [f"Reply: I hear you, that sounds hard {i}.\nScore (1-5): " for i in range(3)]
+    if style == "chat":
+        prompts = [[{"role": "system", "content": "Rate the reply from 1 to 5."}, {"role": "user", "content": p}]
+                   for p in prompts]
+    served = OpenAIBackend(endpoint(vllm)).choice_distribution(prompts, SCORE_CHOICES)
+    local = LocalBackend(LLMEndpoint(model=str(tiny_model_dir))).choice_distribution(prompts, SCORE_CHOICES)
+    print("\nCHOICE", style, [(round(a.mass, 4), round(b.mass, 4)) for a, b in zip(served, local)])
+    for a, b in zip(served, local):
+        assert max(abs(a.probs[c] - b.probs[c]) for c in SCORE_CHOICES) < 0.02, (a, b)
+        assert abs(a.mass - b.mass) < 0.02 * max(b.mass, 1e-3) + 1e-3, (a.mass, b.mass)

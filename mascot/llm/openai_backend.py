@@ -14,6 +14,9 @@ import openai
 from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, SampleRequest, ServerError,
                                 ends_in_assistant, strip_thinking)
 
+# logprobs asked for with an expected-mode judge call: enough that the five digits are in the list (vLLM's default
+# --max-logprobs is 20), so the choice mass means what it means in-process (the digits' share of the distribution)
+TOP_LOGPROBS = 20
 RETRYABLE = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
 
 
@@ -196,15 +199,15 @@ class OpenAIBackend:
             self.stats.count("/v1/completions" if isinstance(prompt, str) else "/v1/chat/completions")
             if isinstance(prompt, str):
                 resp = await client.completions.create(
-                    model=self.model_name, prompt=prompt, max_tokens=1, temperature=0.0, logprobs=len(choices),
-                    extra_body=constraint)
+                    model=self.model_name, prompt=prompt, max_tokens=1, temperature=0.0,
+                    logprobs=max(len(choices), TOP_LOGPROBS), extra_body=constraint)
                 top = (resp.choices[0].logprobs.top_logprobs or [{}])[0]
             else:
                 kwargs = self._chat_kwargs(prompt)
                 kwargs["extra_body"].update(constraint)
                 resp = await client.chat.completions.create(
-                    model=self.model_name, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=len(choices),
-                    **kwargs)
+                    model=self.model_name, max_tokens=1, temperature=0.0, logprobs=True,
+                    top_logprobs=max(len(choices), TOP_LOGPROBS), **kwargs)
                 content = resp.choices[0].logprobs.content or []
                 top = {t.token: t.logprob for t in content[0].top_logprobs} if content else {}
             raw = {c: math.exp(top[c]) if c in top else 0.0 for c in choices}
