@@ -71,7 +71,7 @@ def load_policy(base_model: str, adapter_dir: str | None):
     return model, tokenizer
 
 
-def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
+def main(params, queries_path: str = "data/queries.jsonl",
          policy_dir: str = "models/policy", metrics_path: str = "metrics/evaluate.json",
          replies_path: str = "reports/evaluate_replies.jsonl") -> None:
     import mlflow
