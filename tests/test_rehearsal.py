@@ -2,10 +2,8 @@
 request to a real vLLM CPU server (`mascot serve`'s VLLMServer) serving the tiny chat-template model.
 
 The only overlay on the rehearsal profile is the model's location (the tiny random Qwen3 with a ChatML template
-instead of the 0.5B), the bars a random-weight judge can pass, and the score stages' mode: under the JSON
-grammar a random-weight judge gives every candidate the same greedy scores, so no pair would form; the score
-stages take the expected mode through the chat template, and judge_check still runs both modes (json and
-expected) through the same scoring code. The 0.5B rehearsal (README "The real road, rehearsed") scores in json.
+instead of the 0.5B) and the bars a random-weight judge can pass. judge_check runs both judge modes (json and
+expected) through the chat template and the same scoring code the score stages use.
 """
 import json
 import re
@@ -50,7 +48,6 @@ def rehearsal(repo_root, tmp_path_factory):
                # a random-weight judge is at chance and its json scores are often constant: the gates' code
                # runs, at bars it can pass
                "validate": {"min_judge_accuracy": 0.0, "max_constant_group_fraction": 1.0, "min_scored_fraction": 0.0},
-               "score": {"mode": "expected", "min_choice_mass": 0.0},
                "pairs": {"score_margin": 0.0}, "group_pairs": {"score_margin": 0.0}}
     (work / "profiles/ci-tiny.yaml").write_text(yaml.safe_dump(overlay))
     print(sh("mascot profile real rehearsal ci-tiny", work, env))
