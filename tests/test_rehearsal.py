@@ -121,7 +121,7 @@ def test_the_director_trained_on_conversational_completions_and_directives_parse
                                                   "directive_parse_rate_unconstrained", "directives_constrained")})
     # a random-weight Director under the grammar: every directive parses and names a real agent
     assert episodes["directives_constrained"] and episodes["directive_parse_rate"] == 1.0
-    assert episodes["valid_branches"] == episodes["episodes"] == 3 * 2
+    assert episodes["valid_branches"] == episodes["episodes"] == episodes["prefixes"] * 3 > 0
 
 
 def test_registry_aliases_lineage_and_no_thinking_in_any_record(rehearsal):
