@@ -23,12 +23,15 @@ def test_n_samples_in_one_request_chat_and_text(server):
     assert chat["n"] == 3 and chat["seed"] == 5
 
 
-def test_expected_mode_uses_structured_outputs_choice(server):
+def test_expected_mode_takes_the_distribution_constrained_and_the_mass_free(server):
+    """Under vLLM's choice constraint the logprobs come after the mask: they give the distribution, and an
+    unconstrained call (top 20) gives the digits' share of the whole distribution."""
     (dist,) = backend(server).choice_distribution(["Score: "], ["1", "2", "3", "4", "5"])
     assert dist.probs["3"] == pytest.approx(0.4) and sum(dist.probs.values()) == pytest.approx(1.0)
-    _, body = StandIn.bodies[0]
-    assert body["structured_outputs"] == {"choice": ["1", "2", "3", "4", "5"]} and body["logprobs"] == 5
-    assert "guided_choice" not in body and "guided_json" not in body
+    (_, constrained), (_, free) = StandIn.bodies
+    assert constrained["structured_outputs"] == {"choice": ["1", "2", "3", "4", "5"]} and constrained["logprobs"] == 20
+    assert "structured_outputs" not in free and free["logprobs"] == 20
+    assert "guided_choice" not in constrained and "guided_json" not in constrained
 
 
 def test_json_mode_uses_structured_outputs_json_not_guided_json(server):

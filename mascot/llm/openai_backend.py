@@ -192,29 +192,38 @@ class OpenAIBackend:
         return out
 
     def choice_distribution(self, prompts: list[str], choices: list[str], progress=None) -> list[ChoiceDistribution]:
+        """The distribution over `choices` and their mass, as in-process. Two calls per prompt (the second finds
+        the prompt in vLLM's prefix cache): under vLLM's `choice` constraint the logprobs come after the mask, so
+        they give the distribution over the choices exactly but a mass of 1 whatever the model thinks; the
+        unconstrained call's top TOP_LOGPROBS give the mass (the choices' share of the whole distribution: exact
+        when they are among the top, a lower bound otherwise, so a judge that does not answer still reads low)."""
         import math
 
-        async def one(client, prompt):
-            constraint = {"structured_outputs": {"choice": choices}}
+        async def top_logprobs(client, prompt, constrained: bool) -> dict[str, float]:
             self.stats.count("/v1/completions" if isinstance(prompt, str) else "/v1/chat/completions")
+            extra = {"structured_outputs": {"choice": choices}} if constrained else {}
             if isinstance(prompt, str):
                 resp = await client.completions.create(
                     model=self.model_name, prompt=prompt, max_tokens=1, temperature=0.0,
-                    logprobs=max(len(choices), TOP_LOGPROBS), extra_body=constraint)
-                top = (resp.choices[0].logprobs.top_logprobs or [{}])[0]
-            else:
-                kwargs = self._chat_kwargs(prompt)
-                kwargs["extra_body"].update(constraint)
-                resp = await client.chat.completions.create(
-                    model=self.model_name, max_tokens=1, temperature=0.0, logprobs=True,
-                    top_logprobs=max(len(choices), TOP_LOGPROBS), **kwargs)
-                content = resp.choices[0].logprobs.content or []
-                top = {t.token: t.logprob for t in content[0].top_logprobs} if content else {}
-            raw = {c: math.exp(top[c]) if c in top else 0.0 for c in choices}
-            mass = sum(raw.values())
-            if mass <= 0:
-                raise ServerError(f"{self.base_url}: no probability on any of {choices} in {top}")
-            return ChoiceDistribution({c: p / mass for c, p in raw.items()}, mass)
+                    logprobs=max(len(choices), TOP_LOGPROBS), extra_body=extra)
+                return dict((resp.choices[0].logprobs.top_logprobs or [{}])[0])
+            kwargs = self._chat_kwargs(prompt)
+            kwargs["extra_body"].update(extra)
+            resp = await client.chat.completions.create(
+                model=self.model_name, max_tokens=1, temperature=0.0, logprobs=True,
+                top_logprobs=max(len(choices), TOP_LOGPROBS), **kwargs)
+            content = resp.choices[0].logprobs.content or []
+            return {t.token: t.logprob for t in content[0].top_logprobs} if content else {}
+
+        async def one(client, prompt):
+            masked = await top_logprobs(client, prompt, constrained=True)
+            probs = {c: math.exp(masked[c]) if c in masked else 0.0 for c in choices}
+            total = sum(probs.values())
+            if total <= 0:
+                raise ServerError(f"{self.base_url}: no probability on any of {choices} in {masked}")
+            free = await top_logprobs(client, prompt, constrained=False)
+            mass = sum(math.exp(free[c]) for c in choices if c in free)
+            return ChoiceDistribution({c: p / total for c, p in probs.items()}, mass)
 
         def factory():
             for p in prompts:
