@@ -16,6 +16,16 @@ class Block(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _trainer_args_check(kind: str):
+    """A block's trainer_args checked against TRL's config class of `kind` (mascot/trainer_args.py)."""
+    def check(cls, value):
+        from mascot.trainer_args import check_trainer_args
+
+        check_trainer_args(value, kind)
+        return value
+    return field_validator("trainer_args")(classmethod(check))
+
+
 class BaseModelParams(Block):
     source: Literal["qwen2.5-0.5b-instruct-gguf", "gemma3-270m-gguf", "tiny", "path", "hub"] = \
         "qwen2.5-0.5b-instruct-gguf"
@@ -222,13 +232,7 @@ class TrainRMParams(LaunchFields):
     # against it at start-up; a key this block already has (batch_size, learning_rate, ...) is refused
     trainer_args: dict[str, Any] = {}
 
-    @field_validator("trainer_args")
-    @classmethod
-    def _trainer_args(cls, value):
-        from mascot.trainer_args import check_trainer_args
-
-        check_trainer_args(value, "reward")
-        return value
+    _trainer_args = _trainer_args_check("reward")
 
 
 class PromoteParams(Block):
@@ -260,13 +264,7 @@ class GRPOParams(LaunchFields):
     # loss_type, deepspeed, ...): checked against it at start-up; a key this block already has is refused
     trainer_args: dict[str, Any] = {}
 
-    @field_validator("trainer_args")
-    @classmethod
-    def _trainer_args(cls, value):
-        from mascot.trainer_args import check_trainer_args
-
-        check_trainer_args(value, "grpo")
-        return value
+    _trainer_args = _trainer_args_check("grpo")
 
 
 class DirectorParams(GRPOParams):

@@ -61,6 +61,15 @@ def demo_queries(personas):
     return build_queries(dialogues, list(personas), 64, lambda t: len(t.split()), max_queries=3)
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a server the test starts, or a replica that refuses)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def sh(cmd, cwd, env, check=True):
     proc = subprocess.run(cmd, cwd=cwd, env=env, shell=True, capture_output=True, text=True, timeout=1800)
     if check and proc.returncode != 0:

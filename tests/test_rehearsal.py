@@ -7,14 +7,13 @@ expected) through the chat template and the same scoring code the score stages u
 """
 import json
 import re
-import socket
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import ran_stages, sh
+from tests.conftest import free_port, ran_stages, sh
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
@@ -25,12 +24,6 @@ ALL_STAGES = {"base_model", "small_model", "prepare", "generate", "judge_check",
 RECORDS = ["data/candidates.jsonl", "data/scores.jsonl", "data/group/episodes.jsonl", "data/group/scores.jsonl",
            "reports/evaluate_replies.jsonl", "reports/evaluate_group_conversations.jsonl",
            "data/judge_check/scores.jsonl"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -20,16 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ran_stages, sh
+from tests.conftest import free_port, ran_stages, sh
 
 pytestmark = pytest.mark.integration
 RM = "mascot-persona-rm"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,13 @@ where it is absent.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import free_port
 import yaml
 
 from mascot.annotate.generate import generate_candidates
@@ -23,12 +24,6 @@ from mascot.llm.serve import ServeConfig, VLLMServer, _group_alive
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
