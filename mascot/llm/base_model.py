@@ -82,7 +82,7 @@ def download_hub_model(repo: str, revision: str, out_dir: Path, key: str = "base
         raise HubError(f"{key}.repo: no repository '{repo}' at {endpoint} (or it is gated: set HF_TOKEN)") from None
     except (OfflineModeIsEnabled, LocalEntryNotFoundError, httpx2.TransportError, OSError) as exc:
         why = ("HF_HUB_OFFLINE is set: unset it for this stage" if os.environ.get("HF_HUB_OFFLINE", "0") not in
-               ("0", "", "false") else f"set HF_ENDPOINT to a hub or mirror this machine reaches")
+               ("0", "", "false") else "set HF_ENDPOINT to a hub or mirror this machine reaches")
         raise HubError(f"{key}: cannot download {repo}@{revision} from {endpoint} ({type(exc).__name__}); {why}, "
                        f"or download it elsewhere and use {{source: path, path: <that folder>}}") from None
     import shutil

@@ -85,7 +85,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
-    from trl import RewardConfig, RewardTrainer
+    from trl import RewardTrainer
 
     from mascot.reward.evaluation import pair_metrics, reference_set_metrics
 
