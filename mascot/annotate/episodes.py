@@ -93,6 +93,11 @@ class LLMDirector:
         return [[directive_text(c.text, self.prefill) for c in group] for group in self.backend.sample(reqs)]
 
 
+def reason_kind(reason: str) -> str:
+    """A directive's failure, in the two kinds the metrics count."""
+    return "unknown agent" if "unknown agent" in reason else "missing field"
+
+
 def parse_rate(raws: list[str], names: list[str]) -> dict:
     """How many raw directives parse, and why the others do not."""
     from collections import Counter
@@ -102,7 +107,7 @@ def parse_rate(raws: list[str], names: list[str]) -> dict:
         try:
             parse_directive(raw, names)
         except DirectiveError as exc:
-            reasons["unknown agent" if "unknown agent" in str(exc) else "missing field"] += 1
+            reasons[reason_kind(str(exc))] += 1
     return {"directives": len(raws), "parse_rate": round(1 - sum(reasons.values()) / len(raws), 4) if raws else None,
             "invalid_reasons": dict(reasons)}
 
@@ -238,7 +243,7 @@ def episode_metrics(episodes: list[dict]) -> dict:
     return {"episodes": len(episodes), "prefixes": len({e["prefix_id"] for e in episodes}),
             "valid_branches": len(valid), "invalid_branches": len(episodes) - len(valid),
             "directive_parse_rate": round(len(agent) / directives, 4) if directives else None,
-            "invalid_reasons": dict(Counter("unknown agent" if "unknown agent" in e["invalid_reason"] else "missing field"
+            "invalid_reasons": dict(Counter(reason_kind(e["invalid_reason"])
                                             for e in episodes if not e["valid"])),
             "speaker_usage": dict(Counter(t["speaker"] for t in agent)),
             "mean_speakers_per_prefix": round(fmean(len(s) for s in by_prefix.values()), 3) if by_prefix else None,
