@@ -19,6 +19,7 @@ STAGES = {
     "evaluate": "mascot.policy.evaluate",
     # stage 2: the Director, one level up
     "episodes": "mascot.annotate.episodes",
+    "judge_check_group": "mascot.annotate.judge_check:main_group",
     "score_group": "mascot.annotate.score:main_group",
     "pairs_group": "mascot.pairs:main_group",
     "validate_group": "mascot.validate.stage:main_group",

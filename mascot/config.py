@@ -140,6 +140,9 @@ class EpisodesParams(Block):
 
 
 class ScoreParams(Block):
+    # the rubric file (data/rubrics/*.yaml: dimensions, wording, strictness, anchors); relative to the working
+    # directory, else to the project
+    rubric: str = "data/rubrics/persona.yaml"
     mode: Literal["expected", "json"] = "expected"
     # plain: one text prompt (base models); chat: the judge's chat template (instruct models); auto: the
     # format judge_check measured as better for this judge
@@ -161,6 +164,19 @@ class JudgeCheckParams(Block):
     prompt_styles: list[Literal["plain", "chat"]] = Field(["plain", "chat"], min_length=1)
     # judge modes measured (default: score.mode); both give their agreement
     modes: list[Literal["expected", "json"]] | None = Field(None, min_length=1, max_length=2)
+    seed: int = 0
+
+
+class ScoreGroupParams(Block):
+    """Stage 2's judge: the collective rubric's file; mode, format and retries are score's."""
+    rubric: str = "data/rubrics/collective.yaml"
+
+
+class JudgeCheckGroupParams(Block):
+    """The collective judge's reference set: ESConv blocks (the supporter's actual next turns) against the same
+    turns as an echo chamber, turns from another conversation, and the turns said twice."""
+    items: int = Field(12, ge=0)
+    turns: int = Field(3, ge=2)  # turns per block (at least two companion turns, so that one can echo another)
     seed: int = 0
 
 
@@ -186,6 +202,12 @@ class ValidateParams(Block):
     # a judge whose totals are identical across a query's candidates is not judging
     max_constant_group_fraction: float = Field(0.5, ge=0, le=1)
     max_empty_reason_fraction: float = Field(0.2, ge=0, le=1)  # json mode: reasons shorter than a phrase
+
+
+class ValidateGroupParams(Block):
+    """Stage 2's gate: the collective judge's own bar (judge_check_group's accuracies); the other bars and the
+    stop/warn level (judge_gate, judge_bar_on) are validate's."""
+    min_judge_accuracy: float = Field(0.6, ge=0, le=1)
 
 
 class MlflowParams(Block):
@@ -329,7 +351,10 @@ class Params(Block):
     evaluate: EvaluateParams = EvaluateParams()
     # stage 2: the same paradigm one level up (a block of group turns instead of one reply)
     episodes: EpisodesParams = EpisodesParams()
+    score_group: ScoreGroupParams = ScoreGroupParams()
+    judge_check_group: JudgeCheckGroupParams = JudgeCheckGroupParams()
     group_pairs: PairsParams = PairsParams()
+    validate_group: ValidateGroupParams = ValidateGroupParams()
     promote_group: PromoteParams = PromoteParams()  # the same gate, its own thresholds
     train_group_rm: TrainRMParams = TrainRMParams(registered_model="mascot-group-rm")
     train_director: DirectorParams = DirectorParams()

@@ -1,21 +1,285 @@
-"""Stage 1 and stage 2 run the same paradigm (rubric scores -> preference pairs -> gate -> reward model ->
-promotion) at two granularities. What differs is data, gathered here: the rubric, the record id and the
-fields that make a comparison group (pairs are only ever made within one)."""
+"""Stage 1 and stage 2 run one paradigm (rubric scores -> preference pairs -> gate -> reward model ->
+promotion) at two granularities: a persona's reply, or a block of group turns. Everything that differs
+between them lives here, as data and as methods, so the stage modules never branch on which one they run:
+the unit's id and comparison group, its params blocks and files, how the judge and the reward model read a
+unit, the reference comparisons its judge is measured on and the probes that follow its reward model.
+
+The split rule is one for both: a unit belongs to its query's split (mascot/splits.py, keyed on `split_field`).
+A third granularity is a third instance; the rubric a granularity is judged on is a data file its params
+block names (score.rubric, score_group.rubric)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+import hashlib
 
-from mascot.annotate.rubric import COLLECTIVE, PERSONA, Rubric
+from mascot import transcript
+
+CUT_MARK = "[earlier turns cut] "
 
 
 @dataclass(frozen=True)
 class Granularity:
     name: str  # what one unit is: "reply" (stage 1) or "block" (stage 2)
-    rubric: Rubric
     unit_id: str  # the id field of a unit's records (candidates/episodes, scores)
-    group_fields: tuple[str, ...]  # units comparable with each other share these fields
+    group_fields: tuple[str, ...]  # units comparable with each other share these fields (pairs stay within one)
+    units_table: str  # what the units file holds, in the gate's words
+    score_block: str  # the params block whose `rubric` names the rubric file
+    pairs_block: str  # the params block of the pairing rule (margin, balance, eval fraction)
+    rm_block: str  # the reward-model stage and its params block
+    promote_block: str
+    judge_gate_block: str  # the params block with this judge's min_judge_accuracy
+    rm_experiment: str  # the MlflowParams field naming the reward model's experiment
+    rm_label: str  # the reward model in words, and its run-name prefix
+    judge_check_metrics: str  # the judge's measured figures this granularity's gate reads
+    files: dict[str, str]  # units, scores, pairs, reports, validate metrics
+    # (figure, better variant, worse variant, item kind) of the judge's reference set; `gated` ones are held to
+    # the gate's min_judge_accuracy
+    judge_comparisons: tuple[tuple[str, str, str, str], ...] = ()
+    gated: tuple[str, ...] = ()
+    judge_figure_words: dict[str, str] = field(default_factory=dict)
+    default_rubric: str = ""  # the shipped rubric file (the params block's default)
+    split_field: str = "query_id"
+
+    # ---- params and rubric ----
+    def rubric(self, params=None):
+        """The rubric the params block names (without params: the shipped one)."""
+        from mascot.annotate.rubric import load_rubric
+
+        return load_rubric(params_block(params, self.score_block).rubric if params is not None else self.default_rubric)
+
+    def judge_figure_hint(self, name: str) -> str:
+        return f"{self.judge_figure_words.get(name, name)} ({self.judge_check_metrics}; bar: {self.judge_gate_block}.min_judge_accuracy)"
+
+    def pairs_params(self, params):
+        return params_block(params, self.pairs_block)
+
+    def rm_params(self, params):
+        return params_block(params, self.rm_block)
+
+    def min_judge_accuracy(self, params) -> float:
+        return params_block(params, self.judge_gate_block).min_judge_accuracy
+
+    # ---- what the judge and the reward model read (one per granularity) ----
+    def judge_units(self, records: list[dict], queries: dict[str, dict], personas: dict) -> list[dict]:
+        raise NotImplementedError
+
+    def unit_text(self, unit: dict) -> str:
+        """The text of a unit as the pairing rule compares two (identical texts never pair) and length counts."""
+        raise NotImplementedError
+
+    def reward_text(self, persona: dict | None, context: list[dict], side) -> str:
+        raise NotImplementedError
+
+    def pair_sides(self, pair: dict, personas: dict) -> tuple:
+        """(persona fields or None, dialogue without the system message, chosen side, rejected side)."""
+        raise NotImplementedError
+
+    def probe_items(self, personas: dict) -> list[tuple]:
+        """Fixed (persona, context, side) items whose reward scores must survive a registry round trip."""
+        raise NotImplementedError
+
+    def reference_set(self, dialogues, personas: dict, budget: int, count, block, exclude: set[str]) -> list[dict]:
+        raise NotImplementedError
+
+    def reference_units(self, items: list[dict], personas: dict) -> tuple[list[dict], list[dict]]:
+        """(variants {query_id, reply_type, kind, text}, judge units) of a reference set, in one order."""
+        raise NotImplementedError
+
+    def reference_sides(self, item: dict, personas: dict) -> list[tuple[str, tuple]]:
+        """(variant, reward-model item) of one reference item."""
+        raise NotImplementedError
+
+    @property
+    def reward_template(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def template_hash(self) -> str:
+        return hashlib.sha256(self.reward_template.encode()).hexdigest()[:12]
 
 
-REPLY = Granularity("reply", PERSONA, "candidate_id", ("query_id", "persona"))
-BLOCK = Granularity("block", COLLECTIVE, "episode_id", ("prefix_id",))
+def params_block(params, key: str):
+    """The block of params.yaml named `key` (by its YAML key: `validate` is the field `validate_`)."""
+    for name, info in type(params).model_fields.items():
+        if key in (name, info.alias):
+            return getattr(params, name)
+    raise KeyError(f"params has no block '{key}'")
+
+
+def persona_fields(persona) -> dict:
+    return {"name": persona.name, "role": persona.role, "description": persona.description, "tone": persona.tone}
+
+
+REWARD_REPLY_TEMPLATE = ("Persona: {name}, {role}. {description} Tone: {tone}.\n"
+                         "Dialogue:\n{dialogue}\n"
+                         "Reply of {name}: {reply}")
+REWARD_BLOCK_TEMPLATE = ("Conversation so far:\n{dialogue}\n"
+                         "Next turns of the companions:\n{block}")
+# Fixed items scored at the end of training and again after a registry round trip: equal scores prove the
+# registered adapter (score head included) is the trained one.
+REPLY_PROBES = [
+    ("I can't sleep before my exam tomorrow.", "That sounds exhausting, and it makes sense to feel wound up tonight."),
+    ("My dog died this morning.", "Get a new one."),
+    ("I got the job!", "What made you decide to apply in the first place?"),
+]
+BLOCK_PROBES = [
+    ("I can't sleep before my exam tomorrow.",
+     [("The Anchor", "That sounds exhausting; it makes sense to feel wound up tonight."),
+      ("Action Guide", "One small thing: write tomorrow's first step on paper, then put the notes away.")]),
+    ("My dog died this morning.", [("The Beacon", "Get a new one."), ("The Catalyst", "Yes, get a new one.")]),
+]
+
+
+class Replies(Granularity):
+    def judge_item(self, persona, context: list[dict], reply: str) -> str:
+        vocab = ", ".join(persona.vocabulary)
+        return (f"Persona: {persona.name} ({persona.role}). Tone: {persona.tone}. "
+                f"Typical words: {vocab}.\nConversation:\n{transcript.render(context, persona.name)}\n"
+                f"Reply: {reply}\n")
+
+    def judge_units(self, records, queries, personas):
+        from mascot.data.personas import resolve_persona
+
+        units = []
+        for cand in records:
+            q = queries.get(cand["query_id"])
+            if q is None:
+                raise ValueError(f"candidate {cand['candidate_id']}: query {cand['query_id']} is not in the queries file")
+            persona = resolve_persona(personas, cand["persona"], f"candidate {cand['candidate_id']}")
+            units.append({"id": cand["candidate_id"], "item": self.judge_item(persona, q["context"], cand["text"]),
+                          "fields": {"candidate_id": cand["candidate_id"], "query_id": cand["query_id"],
+                                     "persona": cand["persona"]},
+                          "skip": None if cand["text"].strip() else "empty reply"})
+        return units
+
+    def unit_text(self, unit):
+        return unit["text"]
+
+    @property
+    def reward_template(self):
+        return REWARD_REPLY_TEMPLATE
+
+    def reward_text(self, persona, context, side):
+        return REWARD_REPLY_TEMPLATE.format(dialogue=transcript.render(context, persona["name"]), reply=side.strip(),
+                                            **persona)
+
+    def pair_sides(self, pair, personas):
+        context = [m for m in pair["prompt"] if m["role"] != "system"]
+        return (persona_fields(personas[pair["persona"]]), context, pair["chosen"][-1]["content"],
+                pair["rejected"][-1]["content"])
+
+    def probe_items(self, personas):
+        first = persona_fields(next(iter(personas.values())))
+        return [(first, [{"role": "user", "content": u}], r) for u, r in REPLY_PROBES]
+
+    def reference_set(self, dialogues, personas, budget, count, block, exclude):
+        from mascot.annotate.reference_set import build_reference_set
+
+        return build_reference_set(dialogues, list(personas), budget, count, block.dialogue_items, block.qa_items,
+                                   seed=block.seed, exclude=exclude)
+
+    def reference_units(self, items, personas):
+        from mascot.annotate.reference_set import as_candidates
+
+        candidates, queries = as_candidates(items)
+        return candidates, self.judge_units(candidates, queries, personas)
+
+    def reference_sides(self, item, personas):
+        persona = persona_fields(personas[item["persona"]])
+        return [(variant, (persona, item["context"], text)) for variant, text in item["replies"].items()]
+
+
+class Blocks(Granularity):
+    def judge_item(self, roster: str, context: list[dict], block: list[dict]) -> str:
+        """The companions (name and role), the conversation before the block, then the block's turns."""
+        return (f"Companions: {roster}.\nConversation so far:\n{transcript.render(context)}\n"
+                f"Block:\n{transcript.render(block)}\n")
+
+    def judge_units(self, records, queries, personas):
+        """Each branch's block (its turns after the shared prefix). An invalid branch is not judged: its
+        record says why."""
+        from mascot.annotate.director import roster
+
+        team, units = roster(personas), []
+        for e in records:
+            q = queries.get(e["query_id"])
+            if q is None:
+                raise ValueError(f"episode {e['episode_id']}: query {e['query_id']} is not in the queries file")
+            skip = None
+            if not e["valid"]:
+                skip = f"invalid branch: {e['invalid_reason']}"
+            elif not any(t["text"].strip() for t in e["turns"]):
+                skip = "empty block"
+            units.append({"id": e["episode_id"], "item": self.judge_item(team, q["context"], transcript.turn_messages(e["turns"])),
+                          "fields": {"episode_id": e["episode_id"], "query_id": e["query_id"],
+                                     "prefix_id": e["prefix_id"], "branch": e["branch"]}, "skip": skip})
+        return units
+
+    def unit_text(self, unit):
+        return transcript.render(transcript.turn_messages(unit["turns"]))
+
+    @property
+    def reward_template(self):
+        return REWARD_BLOCK_TEMPLATE
+
+    def reward_text(self, persona, context, side):
+        return REWARD_BLOCK_TEMPLATE.format(dialogue=transcript.render(context), block=transcript.render(side))
+
+    def pair_sides(self, pair, personas):
+        context = [m for m in pair["prompt"] if m["role"] != "system"]
+        return None, context, pair["chosen"], pair["rejected"]
+
+    def probe_items(self, personas):
+        return [(None, [{"role": "user", "content": u}],
+                 [{"role": "assistant", "name": name, "content": text} for name, text in turns])
+                for u, turns in BLOCK_PROBES]
+
+    def reference_set(self, dialogues, personas, budget, count, block, exclude):
+        from mascot.annotate.reference_set import build_block_reference_set
+
+        return build_block_reference_set(dialogues, list(personas), budget, count, block.items, block.turns,
+                                         seed=block.seed, exclude=exclude)
+
+    def reference_units(self, items, personas):
+        from mascot.annotate.director import roster
+
+        team, variants, units = roster(personas), [], []
+        for item in items:
+            for k, (variant, turns) in enumerate(item["blocks"].items()):
+                unit_id = f"{item['item_id']}|{variant}"
+                variants.append({"query_id": item["item_id"], "reply_type": variant, "kind": item["kind"],
+                                 "text": transcript.render(turns), "candidate_index": k})
+                units.append({"id": unit_id, "item": self.judge_item(team, item["context"], turns),
+                              "fields": {"episode_id": unit_id, "query_id": item["item_id"], "prefix_id": item["item_id"],
+                                         "branch": k}, "skip": None})
+        return variants, units
+
+    def reference_sides(self, item, personas):
+        return [(variant, (None, item["context"], turns)) for variant, turns in item["blocks"].items()]
+
+
+REPLY = Replies(
+    "reply", "candidate_id", ("query_id", "persona"), "candidates", "score", "pairs", "train_rm", "promote", "validate",
+    "reward_experiment", "persona", "metrics/judge_check.json",
+    {"units": "data/candidates.jsonl", "scores": "data/scores.jsonl", "pairs": "data/pairs.jsonl",
+     "reports": "reports", "validate": "metrics/validate.json"},
+    judge_comparisons=(("ref_gt_off_topic", "reference", "off_topic", "dialogue"),
+                       ("ref_gt_cold", "reference", "cold", "dialogue"),
+                       ("qa_ref_gt_off_topic", "reference", "off_topic", "qa")),
+    gated=("ref_gt_off_topic", "ref_gt_cold"),
+    judge_figure_words={"ref_gt_off_topic": "human reply > off-topic", "ref_gt_cold": "human reply > cold",
+                        "qa_ref_gt_off_topic": "gold answer > another meeting's"},
+    default_rubric="data/rubrics/persona.yaml")
+BLOCK = Blocks(
+    "block", "episode_id", ("prefix_id",), "episodes", "score_group", "group_pairs", "train_group_rm", "promote_group",
+    "validate_group", "group_reward_experiment", "group", "metrics/judge_check_group.json",
+    {"units": "data/group/episodes.jsonl", "scores": "data/group/scores.jsonl", "pairs": "data/group/pairs.jsonl",
+     "reports": "reports/group", "validate": "metrics/validate_group.json"},
+    judge_comparisons=(("ref_gt_echo", "reference", "echo", "dialogue"),
+                       ("ref_gt_off_topic", "reference", "off_topic", "dialogue"),
+                       ("ref_gt_redundant", "reference", "redundant", "dialogue")),
+    gated=("ref_gt_echo", "ref_gt_off_topic", "ref_gt_redundant"),
+    judge_figure_words={"ref_gt_echo": "human block > echo chamber", "ref_gt_off_topic": "human block > off-topic",
+                        "ref_gt_redundant": "human block > redundant"},
+    default_rubric="data/rubrics/collective.yaml")
 GRANULARITIES = {g.name: g for g in (REPLY, BLOCK)}

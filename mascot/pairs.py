@@ -43,8 +43,10 @@ def ranked_pairs(group: list[dict], margin: float, text_of) -> list[tuple[dict, 
 def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, dict],
                 personas: dict[str, Persona], params: PairsParams, heldout=None) -> list[dict]:
     """Pairs of every query that is not held out (`heldout`: the params block; mascot/splits.py)."""
+    from mascot.granularity import REPLY
+
     by_id = {c["candidate_id"]: c for c in candidates}
-    groups = {k: g for k, g in scored_groups(scores, "candidate_id", ("query_id", "persona")).items()
+    groups = {k: g for k, g in scored_groups(scores, REPLY.unit_id, REPLY.group_fields).items()
               if heldout is None or not is_held_out(k[0], heldout)}
     split = split_of([q for q, _ in groups], params.eval_fraction, params.split_seed)
     pairs = []
@@ -69,31 +71,28 @@ def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, d
 def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[str, dict],
                       params: PairsParams) -> list[dict]:
     """Stage 2: pairs of branches of the same prefix; chosen and rejected are their blocks of turns."""
-    from mascot.annotate.director import block_messages
+    from mascot.granularity import BLOCK
+    from mascot.transcript import turn_messages
 
     by_id = {e["episode_id"]: e for e in episodes}
-    groups = scored_groups(scores, "episode_id", ("prefix_id",))
+    groups = scored_groups(scores, BLOCK.unit_id, BLOCK.group_fields)
     pairs = []
     for (prefix_id,), group in sorted(groups.items()):
         group.sort(key=lambda s: by_id[s["episode_id"]]["branch"])
-        for hi, lo in ranked_pairs(group, params.score_margin, lambda s: block_text(by_id[s["episode_id"]]["turns"])):
+        for hi, lo in ranked_pairs(group, params.score_margin, lambda s: BLOCK.unit_text(by_id[s["episode_id"]])):
             chosen, rejected = by_id[hi["episode_id"]], by_id[lo["episode_id"]]
             query_id = chosen["query_id"]
             pairs.append({
                 "pair_id": f"{chosen['episode_id']}>{rejected['episode_id']}", "granularity": "block",
                 "query_id": query_id, "prefix_id": prefix_id, "split": None,
                 "prompt": queries[query_id]["context"],
-                "chosen": block_messages(chosen["turns"]), "rejected": block_messages(rejected["turns"]),
+                "chosen": turn_messages(chosen["turns"]), "rejected": turn_messages(rejected["turns"]),
                 "score_chosen": hi["total_reward"], "score_rejected": lo["total_reward"],
                 "margin": round(hi["total_reward"] - lo["total_reward"], 4),
                 "chosen_id": chosen["episode_id"], "rejected_id": rejected["episode_id"],
             })
     split = split_of([p["query_id"] for p in pairs], params.eval_fraction, params.split_seed)
     return [{**p, "split": split[p["query_id"]]} for p in pairs]
-
-
-def block_text(turns: list[dict]) -> str:
-    return "\n".join(f"{t.get('speaker') or 'Person'}: {t['text']}" for t in turns)
 
 
 def reply_words(text: str) -> int:

@@ -13,15 +13,13 @@ from pathlib import Path
 from mascot import registry
 from mascot.io import load_jsonl, write_json
 from mascot.reward.evaluation import pair_metrics
-from mascot.reward.prompt import pair_sides
 from mascot.reward.scorer import RewardScorer
-from mascot.reward.train import probe_items
 
 ROUNDTRIP_TOLERANCE = 1e-4
 
 
 def measure(scorer: RewardScorer, pairs: list[dict], personas: dict) -> dict:
-    sides = [pair_sides(p, personas) for p in pairs]
+    sides = [scorer.granularity.pair_sides(p, personas) for p in pairs]
     return pair_metrics(pairs, scorer.score([(persona, ctx, chosen) for persona, ctx, chosen, _ in sides]),
                         scorer.score([(persona, ctx, rejected) for persona, ctx, _, rejected in sides]))
 
@@ -35,7 +33,7 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     registry.setup_tracking(params)
     p = getattr(params, block)
     new = json.loads(Path(registered_path).read_text())
-    name, version, granularity = new["name"], new["version"], new.get("granularity", "reply")
+    name, version = new["name"], new["version"]
     state = registry.registration_state(name, version)
     if state != "complete":
         raise RuntimeError(f"{name} v{version}: registration is '{state}' (its training run did not finish); "
@@ -44,7 +42,7 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     eval_pairs = [x for x in load_jsonl(pairs_path) if x["split"] == "eval"]
 
     new_scorer = RewardScorer.from_registry(f"models:/{name}/{version}")
-    probe = new_scorer.score(probe_items(personas, granularity))
+    probe = new_scorer.score(new_scorer.granularity.probe_items(personas))
     drift = max(abs(a - b) for a, b in zip(probe, new["probe_scores"]))
     if drift > ROUNDTRIP_TOLERANCE:
         raise RuntimeError(f"{name} v{version}: registry copy scores differ from training by {drift:.2e}; "
@@ -107,7 +105,8 @@ def probe_main(params, uri: str | None = None) -> None:
     client = MlflowClient()
     mv = (client.get_model_version_by_alias(name, ref.split("@", 1)[1]) if "@" in ref
           else client.get_model_version(name, ref.split("/", 1)[1]))
-    scores = RewardScorer.from_registry(uri).score(probe_items(load_personas(params.prepare.personas_file)))
+    scorer = RewardScorer.from_registry(uri)
+    scores = scorer.score(scorer.granularity.probe_items(load_personas(params.prepare.personas_file)))
     trained = json.loads(mv.tags.get("probe_scores", "null"))
     print(json.dumps({"uri": uri, "version": str(mv.version), "scores_now": scores, "scores_in_training": trained,
                       "max_abs_diff": max(abs(a - b) for a, b in zip(scores, trained)) if trained else None},

@@ -169,21 +169,22 @@ def test_the_gate_checks_block_pairs_with_the_same_invariants():
 def test_group_reward_input_cuts_the_prefix_never_the_block(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from mascot.reward.prompt import CUT_MARK, reward_input_ids
+    from mascot.granularity import BLOCK, CUT_MARK
+    from mascot.reward.prompt import reward_input_ids
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     context = [{"role": "user", "content": f"old turn {i} " + "filler " * 30} for i in range(6)]
     context.append({"role": "user", "content": "the last thing I said"})
     block = [{"role": "assistant", "name": "The Anchor", "content": "first block turn"},
              {"role": "assistant", "name": "Action Guide", "content": "second block turn"}]
-    full, cut = reward_input_ids(tok, None, context, block, 4096)
-    short, cut2 = reward_input_ids(tok, None, context, block, len(full) // 2)
+    full, cut = reward_input_ids(tok, BLOCK, None, context, block, 4096)
+    short, cut2 = reward_input_ids(tok, BLOCK, None, context, block, len(full) // 2)
     text = tok.decode(short)
     assert not cut and cut2 and len(short) <= len(full) // 2
     assert "first block turn" in text and "second block turn" in text and "old turn 0" not in text
     assert CUT_MARK.strip() in text
     with pytest.raises(ValueError, match="the block is never cut"):
-        reward_input_ids(tok, None, context, block * 40, 64)
+        reward_input_ids(tok, BLOCK, None, context, block * 40, 64)
 
 
 def test_director_rewards_format_diversity_and_a_floor_for_unparseable(tiny_backend, personas):

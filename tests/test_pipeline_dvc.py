@@ -20,7 +20,7 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
     first = sh("dvc repro", work, env)
     assert ran_stages(first) == {"base_model", "small_model", "prepare", "generate", "judge_check", "score", "pairs",
                                  "validate", "train_rm", "promote", "train_grpo", "evaluate",
-                                 "episodes", "score_group", "pairs_group", "validate_group", "train_group_rm",
+                                 "episodes", "judge_check_group", "score_group", "pairs_group", "validate_group", "train_group_rm",
                                  "promote_group", "train_director", "evaluate_group"}
     report = json.loads((work / "reports/validation.json").read_text())
     assert report["success"] and report["failed"] == 0

@@ -19,11 +19,11 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
 ALL_STAGES = {"base_model", "small_model", "prepare", "generate", "judge_check", "score", "pairs", "validate",
-              "train_rm", "promote", "train_grpo", "evaluate", "episodes", "score_group", "pairs_group",
+              "train_rm", "promote", "train_grpo", "evaluate", "episodes", "judge_check_group", "score_group", "pairs_group",
               "validate_group", "train_group_rm", "promote_group", "train_director", "evaluate_group"}
 RECORDS = ["data/candidates.jsonl", "data/scores.jsonl", "data/group/episodes.jsonl", "data/group/scores.jsonl",
            "reports/evaluate_replies.jsonl", "reports/evaluate_group_conversations.jsonl",
-           "data/judge_check/scores.jsonl"]
+           "data/judge_check/scores.jsonl", "data/judge_check_group/scores.jsonl"]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,7 @@ def rehearsal(repo_root, tmp_path_factory):
                # a random-weight judge is at chance and its json scores are often constant: the gates' code
                # runs, at bars it can pass
                "validate": {"min_judge_accuracy": 0.0, "max_constant_group_fraction": 1.0, "min_scored_fraction": 0.0},
+               "validate_group": {"min_judge_accuracy": 0.0},
                "pairs": {"score_margin": 0.0}, "group_pairs": {"score_margin": 0.0}}
     (work / "profiles/ci-tiny.yaml").write_text(yaml.safe_dump(overlay))
     print(sh("mascot profile real rehearsal ci-tiny", work, env))

@@ -5,7 +5,8 @@ import torch
 
 from mascot.config import LoraParams, TrainRMParams
 from mascot.reward.evaluation import pair_metrics
-from mascot.reward.prompt import CUT_MARK, TEMPLATE_HASH, persona_fields, render, reward_input_ids
+from mascot.granularity import CUT_MARK, REPLY, persona_fields
+from mascot.reward.prompt import reward_input_ids
 from mascot.reward.scorer import RewardScorer
 from mascot.reward.train import check_score_head, train_reward_model
 from mascot.registry import decide_promotion
@@ -32,15 +33,15 @@ def test_reward_input_cuts_context_from_the_left_keeping_the_reply(tiny_model_di
     persona = persona_fields(personas["The Anchor"])
     context = [{"role": "user", "content": f"old turn {i} " * 30} for i in range(4)] + \
               [{"role": "user", "content": "the last thing I said"}]
-    full, cut = reward_input_ids(tok, persona, context, "my reply", 100000)
+    full, cut = reward_input_ids(tok, REPLY, persona, context, "my reply", 100000)
     assert not cut and full[-1] == tok.eos_token_id
-    short, cut = reward_input_ids(tok, persona, context, "my reply", len(full) // 2)
+    short, cut = reward_input_ids(tok, REPLY, persona, context, "my reply", len(full) // 2)
     assert cut and len(short) <= len(full) // 2
     text = tok.decode(short)
     assert text.rstrip().endswith("my reply" + tok.eos_token) or "my reply" in text
     assert CUT_MARK.strip() in text and "the last thing I said" in text and "old turn 0" not in text
     with pytest.raises(ValueError, match="raise max_length"):
-        reward_input_ids(tok, persona, context, "my reply", 10)
+        reward_input_ids(tok, REPLY, persona, context, "my reply", 10)
 
 
 def test_pair_metrics_buckets():

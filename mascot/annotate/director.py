@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mascot.annotate.rubric import render_dialogue
+from mascot import transcript
 from mascot.data.personas import Persona
 from mascot.llm.backend import Prompt
 
@@ -69,15 +69,12 @@ def roster(personas: dict[str, Persona]) -> str:
 def conversation_text(context: list[dict], turns: list[dict]) -> str:
     """The whole group conversation: the corpus prefix (its supporter turns as "Companion"), then the group's
     turns under their speakers' names."""
-    return render_dialogue([*context, *[{"role": "user" if t["role"] == "user" else "assistant",
-                                         "name": t.get("speaker"), "content": t["text"]} for t in turns]],
-                           "Companion")
+    return transcript.render([*context, *transcript.turn_messages(turns)])
 
 
 def block_messages(turns: list[dict]) -> list[dict]:
     """A branch's turns as messages (speaker in `name`): what the judge and the group reward model read."""
-    return [{"role": "user", "content": t["text"]} if t["role"] == "user"
-            else {"role": "assistant", "name": t["speaker"], "content": t["text"]} for t in turns]
+    return transcript.turn_messages(turns)
 
 
 def director_prompt(personas: dict[str, Persona], context: list[dict], turns: list[dict], style: str,
@@ -176,7 +173,7 @@ def render_episode(episode: dict, context: list[dict], score: dict | None) -> st
     if score and score.get("status") == "scored":
         dims = ", ".join(f"{d} {v:.2f}" for d, v in score["scores"].items())
         head += f": collective total {score['total_reward']:.2f} ({dims})"
-    lines = [head, "", "```", render_dialogue(context, "Companion"), "--- branch point ---"]
+    lines = [head, "", "```", transcript.render(context), "--- branch point ---"]
     for t in episode["turns"]:
         if t["role"] == "agent":
             d = t["directive"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 
+from mascot import transcript
 from mascot.config import GenerateParams
 from mascot.data.personas import Persona, resolve_persona
 from mascot.llm.backend import LLMBackend, Prompt, SampleRequest
@@ -19,7 +20,7 @@ def speaker_prompt(persona: Persona, context: list[dict], style: str) -> tuple[P
     if style == "chat":
         return [{"role": "system", "content": persona.system_prompt()}, *context], ()
     lines = [persona.system_prompt(), "", f"Person: {persona.example.user}", f"{persona.name}: {persona.example.reply}", ""]
-    lines += [f"{'Person' if m['role'] == 'user' else persona.name}: {m['content']}" for m in context]
+    lines.append(transcript.render(context, persona.name))
     lines.append(f"{persona.name}:")
     return "\n".join(lines), ("\n",)
 

@@ -1,26 +1,26 @@
-"""The `judge_check` stage: the judge measured on a fixed reference set before anything trusts it.
+"""The `judge_check` and `judge_check_group` stages: a judge measured on a fixed reference set before anything
+trusts it, on the rubric it will score with.
 
-For each configured prompt format (and judge mode) the reference set (see reference_set.py) is scored by
-the same code that scores candidates. Reported per format: how often the judge ranks the human reply above
-an off-topic and a cold reply (with bootstrap 95% intervals, on the total and per dimension), whether its
-five dimensions are one signal, how much probability it puts on the digits (expected mode) or how often
-its JSON fails (json mode), how much length drives its scores, and, with two modes, how far they agree.
-`score.prompt_style: auto` then scores candidates in the format that ranked best here.
+For each configured prompt format (and judge mode) the reference set of the granularity (see
+reference_set.py) is scored by the same code that scores candidates or blocks. Stage 1: how often the judge
+ranks the human reply above an off-topic and a cold reply; stage 2: how often it ranks the human supporter's
+block above an echo chamber, an off-topic block and a redundant one. Each with bootstrap 95% intervals and n,
+on the total and per dimension; then whether the dimensions are one signal, how much probability the judge
+puts on the digits (expected mode) or how often its JSON fails (json mode), how much length drives its scores
+(a padded reference), and, with two modes, how far they agree. `score.prompt_style: auto` then scores in the
+format that ranked best here (stage 1 measures; stage 2 uses its choice).
 """
 from __future__ import annotations
 
 from statistics import fmean
 
-from mascot.annotate.rubric import DIMENSIONS
-from mascot.annotate.score import score_candidates
+from mascot.annotate.score import score_units
 from mascot.config import ScoreParams
+from mascot.granularity import REPLY, Granularity
 from mascot.stats import correlation_matrix, first_component_share, mean_with_ci, pairwise_wins, spearman
 
-# (figure name, better reply type, worse reply type, item kind)
-COMPARISONS = [("ref_gt_off_topic", "reference", "off_topic", "dialogue"),
-               ("ref_gt_cold", "reference", "cold", "dialogue"),
-               ("qa_ref_gt_off_topic", "reference", "off_topic", "qa")]
-GATED = ("ref_gt_off_topic", "ref_gt_cold")  # the figures validate.min_judge_accuracy applies to
+COMPARISONS = list(REPLY.judge_comparisons)  # (figure, better variant, worse variant, item kind)
+GATED = REPLY.gated
 
 
 def _by_item(candidates: list[dict], scores: list[dict]) -> dict[str, dict[str, dict]]:
@@ -30,12 +30,13 @@ def _by_item(candidates: list[dict], scores: list[dict]) -> dict[str, dict[str, 
     return out
 
 
-def analyse(candidates: list[dict], scores: list[dict], mode: str) -> dict:
-    """All figures of one (prompt format, mode) run over the reference set."""
+def analyse(candidates: list[dict], scores: list[dict], mode: str, g: Granularity = REPLY, dimensions=None) -> dict:
+    """All figures of one (prompt format, mode) run over the reference set (`candidates`: its variants)."""
+    dimensions = list(dimensions or g.rubric().dimensions)
     items = _by_item(candidates, scores)
     scored = [(c, s) for c, s in zip(candidates, scores) if s["status"] == "scored"]
     out: dict = {"replies": len(scores), "scored": len(scored), "unscored": len(scores) - len(scored)}
-    for name, better, worse, kind in COMPARISONS:
+    for name, better, worse, kind in g.judge_comparisons:
         both = [r for r in items.values() if r.get(better, {}).get("status") == "scored"
                 and r.get(worse, {}).get("status") == "scored" and r[better]["kind"] == kind]
         wins = pairwise_wins([r[better]["total_reward"] for r in both], [r[worse]["total_reward"] for r in both])
@@ -44,10 +45,13 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str) -> dict:
         out[name]["by_dimension"] = {
             d: round(fmean(pairwise_wins([r[better]["scores"][d] for r in both],
                                          [r[worse]["scores"][d] for r in both])), 4) if both else None
-            for d in DIMENSIONS}
-    dims = {d: [s["scores"][d] for _, s in scored] for d in DIMENSIONS}
+            for d in dimensions}
+        out[name]["by_dimension_ci"] = {
+            d: mean_with_ci(pairwise_wins([r[better]["scores"][d] for r in both],
+                                          [r[worse]["scores"][d] for r in both]), null=0.5) for d in dimensions}
+    dims = {d: [s["scores"][d] for _, s in scored] for d in dimensions}
     matrix = correlation_matrix(dims)
-    off = [matrix[a][b] for i, a in enumerate(DIMENSIONS) for b in list(DIMENSIONS)[i + 1:] if matrix[a][b] is not None]
+    off = [matrix[a][b] for i, a in enumerate(dimensions) for b in dimensions[i + 1:] if matrix[a][b] is not None]
     out["dimension_correlation"] = matrix
     out["mean_dimension_correlation"] = round(fmean(off), 4) if off else None
     out["first_component_share"] = first_component_share(dims)
@@ -73,15 +77,15 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str) -> dict:
     return out
 
 
-def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict]) -> dict:
-    """How far two judge modes agree on the same replies: rank correlation of totals, and how often they
-    make the same call on reference vs off-topic/cold."""
+def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict], g: Granularity = REPLY) -> dict:
+    """How far two judge modes agree on the same items: rank correlation of totals, and how often they
+    make the same call on the reference against each worse variant."""
     both = [(x["total_reward"], y["total_reward"]) for x, y in zip(a, b)
             if x["status"] == "scored" and y["status"] == "scored"]
     ia, ib = _by_item(candidates, a), _by_item(candidates, b)
     same = []
     for item_id in ia:
-        for worse in ("off_topic", "cold"):
+        for worse in {w for _, _, w, _ in g.judge_comparisons}:
             pa, pb = ia[item_id], ib[item_id]
             if all(p.get(t, {}).get("status") == "scored" for p in (pa, pb) for t in ("reference", worse)):
                 same.append(float((pa["reference"]["total_reward"] > pa[worse]["total_reward"])
@@ -90,20 +94,21 @@ def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict]) -> dict
             "same_call": mean_with_ci(same, null=None)}
 
 
-def choose_style(by_style: dict[str, dict]) -> str:
+def choose_style(by_style: dict[str, dict], g: Granularity = REPLY) -> str:
     """The prompt format whose gated accuracies are highest on average (ties: the first configured)."""
     def merit(fig: dict) -> float:
-        vals = [fig[g]["mean"] for g in GATED if fig[g]["mean"] is not None]
+        vals = [fig[name]["mean"] for name in g.gated if fig[name]["mean"] is not None]
         return fmean(vals) if vals else -1.0
     return max(by_style, key=lambda s: merit(by_style[s]))
 
 
 def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams, backend, styles: list[str],
-                    modes: list[str], journal_for=None) -> tuple[dict, dict[tuple[str, str], list[dict]], list[dict]]:
-    """Score the items in every (format, mode); `journal_for(style, mode)` gives each run its journal."""
-    from mascot.annotate.reference_set import as_candidates
-
-    candidates, queries = as_candidates(items)
+                    modes: list[str], journal_for=None, g: Granularity = REPLY, rubric=None
+                    ) -> tuple[dict, dict[tuple[str, str], list[dict]], list[dict]]:
+    """Score the reference items in every (format, mode) on `rubric` (default: the granularity's shipped one);
+    `journal_for(style, mode)` gives each run its journal."""
+    rubric = rubric or g.rubric()
+    candidates, units = g.reference_units(items, personas)
     raw: dict[tuple[str, str], list[dict]] = {}
     report: dict = {"by_prompt_style": {}}
     for style in styles:
@@ -111,21 +116,21 @@ def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams
         for mode in modes:
             params = score_params.model_copy(update={"mode": mode})
             journal = journal_for(style, mode) if journal_for else None
-            raw[(style, mode)] = score_candidates(candidates, queries, personas, params, backend, journal,
-                                                  prompt_style=style)
-            per_mode[mode] = analyse(candidates, raw[(style, mode)], mode)
+            raw[(style, mode)] = score_units(units, rubric, params, backend, journal, prompt_style=style)
+            per_mode[mode] = analyse(candidates, raw[(style, mode)], mode, g, rubric.dimensions)
         if len(modes) == 2:
-            per_mode["mode_agreement"] = mode_agreement(candidates, raw[(style, modes[0])], raw[(style, modes[1])])
+            per_mode["mode_agreement"] = mode_agreement(candidates, raw[(style, modes[0])], raw[(style, modes[1])], g)
         report["by_prompt_style"][style] = per_mode
     return report, raw, candidates
 
 
-def headline(fig: dict) -> dict:
-    """The flat figures of one run for `dvc metrics show`."""
+def headline(fig: dict, g: Granularity = REPLY) -> dict:
+    """The flat figures of one run for `dvc metrics show` (per dimension too: `<figure>.<dimension>`)."""
     out = {}
-    for name, *_ in COMPARISONS:
+    for name, *_ in g.judge_comparisons:
         f = fig[name]
         out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
+        out.update({f"{name}.{d}": v for d, v in f["by_dimension"].items()})
     for key in ("mean_dimension_correlation", "first_component_share", "length_spearman", "mean_choice_mass",
                 "parse_failure_rate", "unscored"):
         if key in fig:
@@ -164,51 +169,62 @@ def plot_distributions(candidates: list[dict], raw: dict, path) -> None:
     plt.close(fig)
 
 
-def main(params, items_path: str = "data/judge_check/reference.jsonl",
-         scores_path: str = "data/judge_check/scores.jsonl", metrics_path: str = "metrics/judge_check.json",
-         report_path: str = "reports/judge_check.json", plot_path: str = "plots/judge_check/score_distribution.png") -> None:
+def main(params, granularity: str = "reply") -> None:
+    """Build the granularity's reference set from the corpus, score it on the rubric its params block names,
+    and write the figures (metrics, report, plot, MLflow run in the judge experiment)."""
     from pathlib import Path
 
     import mlflow
 
     from mascot import registry
-    from mascot.annotate.reference_set import build_reference_set
     from mascot.data.personas import load_personas
     from mascot.data.prepare import load_source, token_counter
+    from mascot.granularity import GRANULARITIES
     from mascot.io import BadRows, load_jsonl, write_json, write_jsonl
     from mascot.llm.factory import make_backend
     from mascot.resume import Journal
 
-    jc, p = params.judge_check, params.prepare
+    g = GRANULARITIES[granularity]
+    stage = Path(g.judge_check_metrics).stem  # judge_check | judge_check_group
+    block, p, rubric = getattr(params, stage), params.prepare, g.rubric(params)
+    items_path, scores_path = f"data/{stage}/reference.jsonl", f"data/{stage}/scores.jsonl"
+    report_path, plot_path = f"reports/{stage}.json", f"plots/{stage}/score_distribution.png"
     personas = load_personas(p.personas_file)
     bad = BadRows(skip=p.skip_bad_rows)
     dialogues = [d for spec in p.sources for d in load_source(spec, bad)]
     used = {q["dialogue_id"] for q in load_jsonl("data/queries.jsonl")} if Path("data/queries.jsonl").exists() else set()
-    items = build_reference_set(dialogues, list(personas), p.max_context_tokens, token_counter(p.tokenizer),
-                                jc.dialogue_items, jc.qa_items, seed=jc.seed, exclude=used)
+    items = g.reference_set(dialogues, personas, p.max_context_tokens, token_counter(p.tokenizer), block, used)
     if not items:
-        raise ValueError("judge_check: the corpus gave no reference items (no user turn followed by a supporter "
-                         "reply, no QMSum answers); add a dialogue source")
+        raise ValueError(f"{stage}: the corpus gave no reference items (no user turn followed by enough supporter "
+                         "turns, no QMSum answers); add a dialogue source")
     write_jsonl(items_path, items)
-    modes = list(jc.modes or [params.score.mode])
-    styles = [params.score.prompt_style] if params.score.prompt_style != "auto" else list(jc.prompt_styles)
+    modes = list(getattr(block, "modes", None) or [params.score.mode])
+    if params.score.prompt_style != "auto":
+        styles = [params.score.prompt_style]
+    elif getattr(block, "prompt_styles", None):  # judge_check measures the formats; the other stages take its choice
+        styles = list(block.prompt_styles)
+    else:
+        from mascot.annotate.score import resolve_prompt_style
+
+        styles = [resolve_prompt_style(params.score)]
     backend = make_backend(params.llm.judge, "llm.judge")
     journals = {}  # one per (format, mode): a journal keeps only its own run's records
 
     def journal_for(style, mode):
-        return journals.setdefault((style, mode), Journal(f"judge_check-{style}-{mode}"))
+        return journals.setdefault((style, mode), Journal(f"{stage}-{style}-{mode}"))
     try:
-        report, raw, candidates = run_judge_check(items, personas, params.score, backend, styles, modes, journal_for)
+        report, raw, candidates = run_judge_check(items, personas, params.score, backend, styles, modes, journal_for,
+                                                  g, rubric)
     finally:
         for j in journals.values():
             j.close()
         backend.close()
-    chosen = choose_style({s: report["by_prompt_style"][s][modes[0]] for s in styles})
+    chosen = choose_style({s: report["by_prompt_style"][s][modes[0]] for s in styles}, g)
     main_fig = report["by_prompt_style"][chosen][modes[0]]
-    metrics = {"judge_model": backend.model_name, "mode": modes[0], "chosen_prompt_style": chosen,
+    metrics = {"judge_model": backend.model_name, "rubric": rubric.name, "mode": modes[0], "chosen_prompt_style": chosen,
                "items_dialogue": sum(i["kind"] == "dialogue" for i in items),
-               "items_qa": sum(i["kind"] == "qa" for i in items), **headline(main_fig),
-               "by_prompt_style": {f"{s}/{m}": headline(report["by_prompt_style"][s][m]) for s in styles for m in modes}}
+               "items_qa": sum(i["kind"] == "qa" for i in items), **headline(main_fig, g),
+               "by_prompt_style": {f"{s}/{m}": headline(report["by_prompt_style"][s][m], g) for s in styles for m in modes}}
     if len(modes) == 2:
         agreement = report["by_prompt_style"][chosen]["mode_agreement"]
         metrics.update(mode_agreement_spearman=agreement["total_spearman"],
@@ -217,16 +233,16 @@ def main(params, items_path: str = "data/judge_check/reference.jsonl",
     write_jsonl(scores_path, [{**s, "reply_type": c["reply_type"], "prompt_style": style, "mode": mode}
                               for (style, mode), scores in raw.items() for c, s in zip(candidates, scores)])
     write_json(report_path, report)
-    write_json(metrics_path, metrics)
+    write_json(g.judge_check_metrics, metrics)
     Path(plot_path).parent.mkdir(parents=True, exist_ok=True)
     plot_distributions(candidates, raw, plot_path)
 
     registry.setup_tracking(params)
     exp = registry.experiment_id(params.mlflow.judge_experiment, params.mlflow.artifact_root)
-    with mlflow.start_run(experiment_id=exp, run_name=f"judge-check-{Path(backend.model_name).name}-{chosen}",
-                          tags={**registry.git_state(), "judge_model": backend.model_name,
-                                "chosen_prompt_style": chosen}):
-        mlflow.log_params({"judge_model": backend.model_name, "modes": ",".join(modes),
+    with mlflow.start_run(experiment_id=exp, run_name=f"{stage.replace('_', '-')}-{Path(backend.model_name).name}-{chosen}",
+                          tags={**registry.git_state(), "judge_model": backend.model_name, "rubric": rubric.name,
+                                "granularity": g.name, "chosen_prompt_style": chosen}):
+        mlflow.log_params({"judge_model": backend.model_name, "modes": ",".join(modes), "rubric": rubric.name,
                            "prompt_styles": ",".join(styles), "dialogue_items": metrics["items_dialogue"],
                            "qa_items": metrics["items_qa"], "few_shot": params.score.few_shot})
         for run_key, figs in metrics["by_prompt_style"].items():
@@ -235,8 +251,13 @@ def main(params, items_path: str = "data/judge_check/reference.jsonl",
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and v is not None})
         mlflow.log_artifact(report_path)
         mlflow.log_artifact(plot_path)
-    print(f"judge_check: {len(items)} items; prompt format {chosen} chosen; "
-          + "; ".join(f"{s}/{m}: ref>off-topic {f['ref_gt_off_topic']} [{f['ref_gt_off_topic_ci_low']}, "
-                      f"{f['ref_gt_off_topic_ci_high']}], ref>cold {f['ref_gt_cold']} [{f['ref_gt_cold_ci_low']}, "
-                      f"{f['ref_gt_cold_ci_high']}]" for (s, m), f in
-                      ((tuple(k.split('/')), v) for k, v in metrics["by_prompt_style"].items())))
+    print(f"{stage}: {len(items)} items on the {rubric.name} rubric; prompt format {chosen}; "
+          + "; ".join(f"{run_key}: " + ", ".join(f"{g.judge_figure_words.get(name, name)} {f[name]} "
+                                                f"[{f[name + '_ci_low']}, {f[name + '_ci_high']}] (n {f[name + '_n']})"
+                                                for name in g.gated)
+                      for run_key, f in metrics["by_prompt_style"].items()))
+
+
+def main_group(params) -> None:
+    """Stage 2's judge on the collective rubric: human blocks against echo, off-topic and redundant ones."""
+    main(params, "block")

@@ -94,3 +94,93 @@ def as_candidates(items: list[dict]) -> tuple[list[dict], dict[str, dict]]:
                                "persona": item["persona"], "candidate_index": k, "reply_type": reply_type,
                                "kind": item["kind"], "text": text})
     return candidates, queries
+
+
+# ---- stage 2: blocks of group turns ----------------------------------------------------------------------
+ECHO_LEADS = ("Like {name} said, ", "I agree with {name}: ", "Yes, exactly what {name} said: ")
+BLOCK_VARIANTS = ("reference", "echo", "off_topic", "redundant", "reference_padded")
+
+
+def _block_cut(d: Dialogue, rng: random.Random, turns: int, min_chars: int) -> int | None:
+    """A user turn with history, followed by `turns` turns that open with a supporter turn and hold at least
+    two of them (one to echo another)."""
+    cuts = [i for i in range(1, len(d.turns) - turns)
+            if d.turns[i].role == "user" and d.turns[i + 1].role == "assistant"
+            and sum(t.role == "assistant" and len(t.content) >= min_chars for t in d.turns[i + 1: i + 1 + turns]) >= 2]
+    return rng.choice(cuts) if cuts else None
+
+
+def _as_block(turns, names: list[str], offset: int) -> list[dict]:
+    """Corpus turns as a group block: the supporter's turns spoken by the companions in turn."""
+    out, k = [], offset
+    for t in turns:
+        if t.role == "user":
+            out.append({"role": "user", "content": t.content})
+        else:
+            out.append({"role": "assistant", "name": names[k % len(names)], "content": t.content})
+            k += 1
+    return out
+
+
+def echo_block(block: list[dict]) -> list[dict]:
+    """The same speakers, each companion after the first restating the first companion's turn: an echo chamber."""
+    agents = [m for m in block if m["role"] == "assistant"]
+    first, out, k = agents[0], [], 0
+    for m in block:
+        if m["role"] == "assistant" and m is not first:
+            lead = ECHO_LEADS[k % len(ECHO_LEADS)].format(name=first["name"])
+            out.append({**m, "content": lead + first["content"][0].lower() + first["content"][1:]})
+            k += 1
+        else:
+            out.append(dict(m))
+    return out
+
+
+def redundant_block(block: list[dict]) -> list[dict]:
+    """The block, then its companions' turns said again: points settled and re-opened."""
+    return [dict(m) for m in block] + [dict(m) for m in block if m["role"] == "assistant"]
+
+
+def relabel(block: list[dict], like: list[dict]) -> list[dict]:
+    """`block`'s turns under the speakers of `like` (so that an off-topic block differs in content only)."""
+    names = [m["name"] for m in like if m["role"] == "assistant"]
+    out, k = [], 0
+    for m in block:
+        if m["role"] == "assistant":
+            out.append({**m, "name": names[k % len(names)]})
+            k += 1
+        else:
+            out.append(dict(m))
+    return out
+
+
+def build_block_reference_set(dialogues: list[Dialogue], persona_names: list[str], budget: int, count: CountTokens,
+                              items: int, turns: int = 3, seed: int = 0, exclude: set[str] = frozenset(),
+                              min_chars: int = 20) -> list[dict]:
+    """The collective judge's reference set: items `{item_id, source, kind, context, blocks: {variant: turns}}`.
+    REFERENCE is the human supporter's actual next `turns` turns of an ESConv-like conversation, as a block of
+    the companions; ECHO the same turns, each companion restating the first; OFF_TOPIC the next item's turns,
+    from another conversation; REDUNDANT the reference with its companion turns said twice; REFERENCE_PADDED
+    the length probe (a neutral sentence after each companion turn). Dialogues in `exclude` (the queries')
+    are used only if too few others remain."""
+    rng = random.Random(seed)
+    convs = sorted((d for d in dialogues if d.source != "qmsum"), key=lambda d: (d.id in exclude, rng.random()))
+    out: list[dict] = []
+    for d in convs:
+        if len(out) >= items:
+            break
+        cut = _block_cut(d, rng, turns, min_chars)
+        if cut is None:
+            continue
+        block = _as_block(d.turns[cut + 1: cut + 1 + turns], persona_names, len(out))
+        out.append({"item_id": f"block-{d.id}@{cut}", "source": d.source, "kind": "dialogue",
+                    "context": context_window(d.turns[: cut + 1], budget, count), "blocks": {"reference": block}})
+    for k, item in enumerate(out):
+        ref = item["blocks"]["reference"]
+        item["blocks"]["echo"] = echo_block(ref)
+        if len(out) > 1:
+            item["blocks"]["off_topic"] = relabel(out[(k + 1) % len(out)]["blocks"]["reference"], ref)
+        item["blocks"]["redundant"] = redundant_block(ref)
+        item["blocks"]["reference_padded"] = [{**m, "content": f"{m['content']} {NEUTRAL_SENTENCE}"}
+                                              if m["role"] == "assistant" else dict(m) for m in ref]
+    return out

@@ -1,8 +1,9 @@
-"""The rubrics (data), the strict judge prompt built from one (both modes), and the parsing of judge replies.
+"""Rubrics (data files, data/rubrics/*.yaml), the strict judge prompt built from one (both modes), and the
+parsing of judge replies.
 
-A rubric is data: its dimensions, its wording and two calibration anchors. The persona rubric rates one
-reply (stage 1); the collective rubric rates a block of group turns (stage 2). Everything else (prompt
-layout, JSON schema, parsing, totals) is the same code for both.
+A rubric is data: its dimensions, its wording, its strictness text and calibration anchors. The persona
+rubric rates one reply (stage 1); the collective rubric rates a block of group turns (stage 2); a third one
+is a third file. Everything else (prompt layout, JSON schema, parsing, totals) is the same code for all.
 
 The prompt is laid out shared-part-first (rubric, anchors, item, then the dimension), so that a server
 with prefix caching computes the common part once per item.
@@ -10,9 +11,15 @@ with prefix caching computes the common part once per item.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
+from pathlib import Path
 from statistics import fmean
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mascot.data.personas import Persona
 from mascot.llm.backend import Prompt
@@ -115,88 +122,87 @@ class Rubric:
         return fmean(scores[d] for d in self.dimensions)
 
 
-def _header(intro: str, dimensions: dict[str, str], fail_examples: str) -> str:
-    return (intro + "".join(f"- {name}: {text}.\n" for name, text in dimensions.items())
-            + "Be strict. 3 means adequate but ordinary and is the default. 4 and 5 are rare: only for clearly "
-            f"excellent {'replies' if 'replies' in intro else 'blocks'}. 1 and 2 are for "
-            f"{'replies' if 'replies' in intro else 'blocks'} that fail the dimension ({fail_examples}).\n")
+class RubricFile(BaseModel):
+    """The schema of a rubric YAML file (data/rubrics/): every key required, none unknown."""
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    unit: str = Field(min_length=1)  # what one item is, in the judge's words
+    intro: str = Field(min_length=1)
+    dimensions: dict[str, str] = Field(min_length=1)
+    strictness: str = Field(min_length=1)
+    anchors: list[Anchor] = []
+
+    @field_validator("dimensions")
+    @classmethod
+    def _names(cls, dims: dict[str, str]) -> dict[str, str]:
+        for name, text in dims.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise ValueError(f"dimension '{name}': a name is lower-case letters, digits and _ (it is a JSON key "
+                                 "and a metric name)")
+            if name == "total_reward":
+                raise ValueError("dimension 'total_reward': the name is taken by the mean of the dimensions")
+            if not str(text).strip():
+                raise ValueError(f"dimension '{name}': its wording is empty")
+        return dims
+
+    @model_validator(mode="after")
+    def _anchor_scores(self) -> "RubricFile":
+        for k, anchor in enumerate(self.anchors):
+            if set(anchor.scores) != set(self.dimensions):
+                missing, extra = set(self.dimensions) - set(anchor.scores), set(anchor.scores) - set(self.dimensions)
+                raise ValueError(f"anchors.{k}.scores: must rate exactly the dimensions"
+                                 + (f"; missing {sorted(missing)}" if missing else "")
+                                 + (f"; not dimensions {sorted(extra)}" if extra else ""))
+        return self
 
 
-# ---- stage 1: one persona reply -------------------------------------------------------------------------
-def render_dialogue(context: list[dict], persona_name: str) -> str:
-    """A message carrying its own speaker `name` (a group turn) keeps it; others are the persona's."""
-    return "\n".join(f"{'Person' if m['role'] == 'user' else m.get('name') or persona_name}: {m['content']}"
-                     for m in context)
+class Anchor(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    item: str = Field(min_length=1)  # the item as the judge reads one
+    scores: dict[str, Annotated[int, Field(ge=1, le=5)]]
 
 
-def reply_item(persona: Persona, context: list[dict], reply: str) -> str:
-    vocab = ", ".join(persona.vocabulary)
-    return (f"Persona: {persona.name} ({persona.role}). Tone: {persona.tone}. "
-            f"Typical words: {vocab}.\nConversation:\n{render_dialogue(context, persona.name)}\n"
-            f"Reply: {reply}\n")
+RubricFile.model_rebuild()
 
 
-_ANCHOR_PERSONA = "The Anchor (emotional validator). Tone: warm, calm and steady."
-PERSONA_DIMENSIONS = {
-    "persona_consistency": "the reply speaks in the persona's own tone and typical vocabulary",
-    "perceived_empathy": "the reply reads the user's emotion accurately",
-    "emotional_expressiveness": "the reply's emotional intensity fits the situation",
-    "relevance_coherence": "the reply stays on the context and is logically coherent",
-    "social_contribution": "the reply adds a new perspective rather than platitudes",
-}
-PERSONA = Rubric(
-    name="persona", unit="reply", dimensions=PERSONA_DIMENSIONS,
-    header=_header("You are a strict judge of replies written by companion personas. Rate the reply on five "
-                   "dimensions, each an integer from 1 to 5:\n", PERSONA_DIMENSIONS,
-                   "off-topic, cold, generic, incoherent, or out of the persona's voice"),
-    # Two anchors (a poor reply, then an excellent one) calibrate a small judge; README "Judge calibration".
-    anchors=(
-        (f"Persona: {_ANCHOR_PERSONA}\nConversation:\nPerson: My dog died this morning and I can't stop crying.\n"
-         "Reply: Dogs die all the time. You should get a new one and move on.\n",
-         {"persona_consistency": 1, "perceived_empathy": 1, "emotional_expressiveness": 2,
-          "relevance_coherence": 2, "social_contribution": 1}),
-        (f"Persona: {_ANCHOR_PERSONA}\nConversation:\nPerson: I failed my exam again and I feel like a complete "
-         "failure.\nReply: That sounds so painful, especially after all the effort you put in. It makes sense "
-         "that you feel crushed right now, and one exam does not decide who you are.\n",
-         {"persona_consistency": 5, "perceived_empathy": 5, "emotional_expressiveness": 4,
-          "relevance_coherence": 5, "social_contribution": 4}),
-    ))
-
-# ---- stage 2: a block of group turns ----------------------------------------------------------------------
-def block_item(roster: str, context: list[dict], block: list[dict]) -> str:
-    """The companions (name and role), the conversation before the block, then the block's turns."""
-    return (f"Companions: {roster}.\nConversation so far:\n{render_dialogue(context, 'Companion')}\n"
-            f"Block:\n{render_dialogue(block, 'Companion')}\n")
+PROJECT = Path(__file__).resolve().parents[2]
 
 
-_ROSTER = ("The Anchor (emotional validator), The Catalyst (critical thinker), The Beacon (growth advocate), "
-           "Action Guide (practical advisor)")
-COLLECTIVE_DIMENSIONS = {
-    "fidelity": "each companion stays in its own role and voice across the block",
-    "engagement_contribution": "each turn adds something and draws the person in; no yes-man agreement with "
-                               "another companion",
-    "originality_specificity": "the perspectives are concrete and not redundant; no restating what another "
-                               "companion said",
-    "group_coherence": "the block follows one arc tied to the person's situation and stays consistent with what "
-                       "was settled",
-}
-COLLECTIVE = Rubric(
-    name="collective", unit="block", dimensions=COLLECTIVE_DIMENSIONS,
-    header=_header("You are a strict judge of a group of companion personas talking with one person. Rate the "
-                   "block of turns as a whole on four dimensions, each an integer from 1 to 5:\n",
-                   COLLECTIVE_DIMENSIONS, "echoing one another, agreeing for its own sake, generic, off-topic, "
-                   "re-opening settled points, or out of role"),
-    anchors=(
-        (f"Companions: {_ROSTER}.\nConversation so far:\nPerson: I keep putting off calling my sister after our "
-         "fight.\nBlock:\nThe Anchor: That sounds hard. I hear you.\nThe Beacon: Yes, like The Anchor said, that "
-         "sounds hard.\n",
-         {"fidelity": 2, "engagement_contribution": 1, "originality_specificity": 1, "group_coherence": 2}),
-        (f"Companions: {_ROSTER}.\nConversation so far:\nPerson: I keep putting off calling my sister after our "
-         "fight.\nBlock:\nThe Anchor: It makes sense to hesitate when the last talk hurt; wanting to fix it shows "
-         "how much she matters.\nAction Guide: One small step: send her a two-line text tonight saying you miss "
-         "her, and leave the fight for a call later.\n",
-         {"fidelity": 5, "engagement_contribution": 4, "originality_specificity": 5, "group_coherence": 5}),
-    ))
+class RubricError(ValueError):
+    pass
+
+
+@lru_cache(maxsize=None)
+def load_rubric(path: str | Path) -> Rubric:
+    """A rubric from its YAML file, checked: an error names the file and the key."""
+    path = Path(path)
+    if not path.is_absolute() and not path.exists() and (PROJECT / path).exists():
+        path = PROJECT / path  # a shipped rubric, from a test's or a tool's own working directory
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RubricError(f"{path}: rubric file not found (score.rubric / score_group.rubric name it)") from None
+    except yaml.YAMLError as exc:
+        raise RubricError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise RubricError(f"{path}: a rubric is a mapping (name, unit, intro, dimensions, strictness, anchors)")
+    try:
+        spec = RubricFile.model_validate(raw)
+    except ValidationError as exc:
+        lines = "\n".join(f"  - {'.'.join(str(p) for p in e['loc']) or '(top level)'}: "
+                          + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"]) for e in exc.errors())
+        raise RubricError(f"{path}: invalid rubric:\n{lines}") from None
+    header = (spec.intro.strip() + "\n" + "".join(f"- {d}: {text.strip()}.\n" for d, text in spec.dimensions.items())
+              + spec.strictness.strip() + "\n")
+    return Rubric(name=spec.name, unit=spec.unit, dimensions=dict(spec.dimensions), header=header,
+                  anchors=tuple((a.item if a.item.endswith("\n") else a.item + "\n", dict(a.scores))
+                                for a in spec.anchors))
+
+
+RUBRICS_DIR = PROJECT / "data" / "rubrics"
+# the two shipped rubrics (score.rubric and score_group.rubric default to their files)
+PERSONA = load_rubric(RUBRICS_DIR / "persona.yaml")
+COLLECTIVE = load_rubric(RUBRICS_DIR / "collective.yaml")
 RUBRICS = {r.name: r for r in (PERSONA, COLLECTIVE)}
 
 # ---- stage 1's names, kept for the modules and tests that use them -------------------------------------------
@@ -206,6 +212,12 @@ JSON_SCHEMA = PERSONA.json_schema
 JSON_INSTRUCTION = PERSONA.json_instruction
 parse_json_scores = PERSONA.parse_json
 total_reward = PERSONA.total
+
+
+def reply_item(persona, context, reply):
+    from mascot.granularity import REPLY
+
+    return REPLY.judge_item(persona, context, reply)
 
 
 def judge_prefix(persona: Persona, context: list[dict], reply: str, few_shot: bool) -> str:

@@ -8,9 +8,9 @@ ever invented.
 from __future__ import annotations
 
 from mascot.annotate.rubric import (MIN_REASON_CHARS, PERSONA, SCORE_CHOICES, JudgeParseError, Rubric,
-                                    expected_score, reply_item)
+                                    expected_score, load_rubric)
 from mascot.config import ScoreParams
-from mascot.data.personas import Persona, resolve_persona
+from mascot.data.personas import Persona
 from mascot.granularity import BLOCK, REPLY, Granularity
 from mascot.llm.backend import LLMBackend
 from mascot.resume import Journal, fingerprint, run_journaled
@@ -96,7 +96,7 @@ def rubric_prompts(rubric: Rubric, item: str, params: ScoreParams, style: str) -
 
 
 def judge_prompts(persona: Persona, context: list[dict], reply: str, params: ScoreParams, style: str) -> dict:
-    return rubric_prompts(PERSONA, reply_item(persona, context, reply), params, style)
+    return rubric_prompts(load_rubric(params.rubric), REPLY.judge_item(persona, context, reply), params, style)
 
 
 def check_style(params: ScoreParams, prompt_style: str | None) -> str:
@@ -136,26 +136,16 @@ def score_units(units: list[dict], rubric: Rubric, params: ScoreParams, backend:
 
 
 def candidate_units(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona]) -> list[dict]:
-    units = []
-    for cand in candidates:
-        q = queries.get(cand["query_id"])
-        if q is None:
-            raise ValueError(f"candidate {cand['candidate_id']}: query {cand['query_id']} is not in the queries file")
-        persona = resolve_persona(personas, cand["persona"], f"candidate {cand['candidate_id']}")
-        units.append({"id": cand["candidate_id"], "item": reply_item(persona, q["context"], cand["text"]),
-                      "fields": {"candidate_id": cand["candidate_id"], "query_id": cand["query_id"],
-                                 "persona": cand["persona"]},
-                      "skip": None if cand["text"].strip() else "empty reply"})
-    return units
+    return REPLY.judge_units(candidates, queries, personas)
 
 
 def score_candidates(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona],
                      params: ScoreParams, backend: LLMBackend, journal: Journal | None = None,
                      chunk_size: int = 8, stats: dict | None = None, prompt_style: str | None = None) -> list[dict]:
-    """Stage 1: each candidate reply on the persona rubric; `prompt_style` (plain | chat) overrides
-    `params.prompt_style` (e.g. once `auto` has been resolved by judge_check)."""
-    return score_units(candidate_units(candidates, queries, personas), PERSONA, params, backend, journal,
-                       chunk_size, stats, prompt_style)
+    """Stage 1: each candidate reply on the rubric `params.rubric` names; `prompt_style` (plain | chat)
+    overrides `params.prompt_style` (e.g. once `auto` has been resolved by judge_check)."""
+    return score_units(REPLY.judge_units(candidates, queries, personas), load_rubric(params.rubric), params, backend,
+                       journal, chunk_size, stats, prompt_style)
 
 
 def score_metrics(scores: list[dict], rubric: Rubric = PERSONA, group_fields: tuple[str, ...] = ("query_id", "persona")
@@ -209,35 +199,19 @@ def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "metric
 
 
 def episode_units(episodes: list[dict], queries: dict[str, dict], personas: dict[str, Persona]) -> list[dict]:
-    """Stage 2: each branch's block (its turns after the shared prefix) on the collective rubric. An invalid
-    branch is not judged: its record says why."""
-    from mascot.annotate.director import block_messages, roster
-    from mascot.annotate.rubric import block_item
-
-    team = roster(personas)
-    units = []
-    for e in episodes:
-        q = queries.get(e["query_id"])
-        if q is None:
-            raise ValueError(f"episode {e['episode_id']}: query {e['query_id']} is not in the queries file")
-        block = block_messages(e["turns"])
-        skip = (f"invalid branch: {e['invalid_reason']}" if not e["valid"]
-                else "empty block" if not any(t["text"].strip() for t in e["turns"]) else None)
-        units.append({"id": e["episode_id"], "item": block_item(team, q["context"], block),
-                      "fields": {"episode_id": e["episode_id"], "query_id": e["query_id"],
-                                 "prefix_id": e["prefix_id"], "branch": e["branch"]}, "skip": skip})
-    return units
+    return BLOCK.judge_units(episodes, queries, personas)
 
 
 def _run(params, units: list[dict], granularity: Granularity, journal_name: str, out: str, metrics: str,
          queries: dict[str, dict]) -> dict:
+    """Score the units of `granularity` on the rubric its params block names."""
     from mascot.io import write_json, write_jsonl
     from mascot.llm.factory import make_backend
 
     backend = make_backend(params.llm.judge, "llm.judge")
     journal, stats = Journal(journal_name), {}
     style = resolve_prompt_style(params.score)
-    rubric = granularity.rubric
+    rubric = granularity.rubric(params)
     try:
         scores = score_units(units, rubric, params.score, backend, journal, stats=stats, prompt_style=style)
     finally:
@@ -257,7 +231,7 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
     from mascot.io import load_jsonl
 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    units = candidate_units(load_jsonl(candidates_path), queries, load_personas(params.prepare.personas_file))
+    units = REPLY.judge_units(load_jsonl(candidates_path), queries, load_personas(params.prepare.personas_file))
     _run(params, units, REPLY, "score", out, metrics, queries)
 
 
@@ -272,7 +246,7 @@ def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: 
 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     episodes = load_jsonl(episodes_path)
-    units = episode_units(episodes, queries, load_personas(params.prepare.personas_file))
+    units = BLOCK.judge_units(episodes, queries, load_personas(params.prepare.personas_file))
     _run(params, units, BLOCK, "score_group", out, metrics, queries)
     Path(examples).parent.mkdir(parents=True, exist_ok=True)
     Path(examples).write_text("# Example episodes (collective rubric)\n\n"

@@ -269,6 +269,4 @@ def _demo_corpus_lines(params) -> list[str]:
     for spec in params.prepare.sources:
         if Path(spec.path).exists():
             lines.extend(Path(spec.path).read_text(encoding="utf-8").splitlines()[:2000])
-    from mascot.annotate.rubric import RUBRICS
-
-    return lines + [text for r in RUBRICS.values() for text in (r.header, *(item for item, _ in r.anchors))]
+    return lines

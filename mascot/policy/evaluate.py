@@ -10,10 +10,10 @@ from pathlib import Path
 from statistics import fmean
 
 from mascot.annotate.generate import generate_candidates
-from mascot.annotate.rubric import DIMENSIONS
+from mascot.annotate.rubric import load_rubric
 from mascot.annotate.score import resolve_prompt_style, score_candidates
 from mascot.config import GenerateParams
-from mascot.reward.prompt import persona_fields
+from mascot.granularity import persona_fields
 
 
 def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[dict, list[dict]]:
@@ -32,7 +32,7 @@ def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[
                "judge_scored": len(scored),
                "judge_total_reward": round(fmean(s["total_reward"] for s in scored), 4) if scored else None,
                **{f"judge_{d}": round(fmean(s["scores"][d] for s in scored), 4) if scored else None
-                  for d in DIMENSIONS}}
+                  for d in load_rubric(params.score.rubric).dimensions}}
     replies = [{**c, "rm_score": r, "judge": s} for c, r, s in zip(candidates, rm, scores)]
     return metrics, replies
 

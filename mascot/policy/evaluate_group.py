@@ -18,8 +18,9 @@ from statistics import fmean
 
 from mascot.annotate.director import block_messages
 from mascot.annotate.episodes import Branch, LLMDirector, Sampling, ScriptedDirector, episode_record, roll_forward
-from mascot.annotate.rubric import COLLECTIVE, PERSONA, SCORE_CHOICES, reply_item
-from mascot.annotate.score import episode_units, score_units
+from mascot.annotate.rubric import SCORE_CHOICES
+from mascot.granularity import BLOCK, REPLY
+from mascot.annotate.score import score_units
 
 
 def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) -> list[dict]:
@@ -29,7 +30,7 @@ def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) ->
         before = list(queries[e["query_id"]]["context"])
         for k, t in enumerate(e["turns"]):
             if t["role"] == "agent":
-                units.append({"id": f"{e['episode_id']}|t{k}", "item": reply_item(personas[t["speaker"]], before, t["text"]),
+                units.append({"id": f"{e['episode_id']}|t{k}", "item": REPLY.judge_item(personas[t["speaker"]], before, t["text"]),
                               "fields": {"candidate_id": f"{e['episode_id']}|t{k}", "query_id": e["query_id"],
                                          "persona": t["speaker"], "episode_id": e["episode_id"]},
                               "skip": None if t["text"].strip() else "empty reply"})
@@ -50,11 +51,12 @@ def collective_totals(records: list[dict], group_scores: list[dict]) -> dict[str
 
 
 def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores: list[dict],
-                      rm_scores: dict[str, float]) -> dict:
+                      rm_scores: dict[str, float], collective=None, persona=None) -> dict:
     def mean(values):
         values = [v for v in values if v is not None]
         return round(fmean(values), 4) if values else None
 
+    collective, persona = collective or BLOCK.rubric(), persona or REPLY.rubric()
     scored = [s for s in group_scores if s["status"] == "scored"]
     turns = [s for s in turn_scores if s["status"] == "scored"]
     agent_by_conversation = [[t for t in e["turns"] if t["role"] == "agent"] for e in records]
@@ -67,10 +69,10 @@ def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores
             "collective_scored": len(scored),
             # the comparison's figure: every conversation, a failed one at the floor
             "collective_total_with_failures": mean(with_failures.values()),
-            **{f"collective_{d}": mean(s["scores"][d] for s in scored) for d in COLLECTIVE.dimensions},
+            **{f"collective_{d}": mean(s["scores"][d] for s in scored) for d in collective.dimensions},
             "collective_total": mean(s["total_reward"] for s in scored),
             "per_reply_scored": len(turns), "per_reply_total": mean(s["total_reward"] for s in turns),
-            **{f"per_reply_{d}": mean(s["scores"][d] for s in turns) for d in PERSONA.dimensions},
+            **{f"per_reply_{d}": mean(s["scores"][d] for s in turns) for d in persona.dimensions},
             "group_rm_score": mean(rm_scores.values()),
             "speaker_usage": dict(Counter(t["speaker"] for t in agent)),
             "distinct_speakers_per_conversation": mean(len({t["speaker"] for t in turns})
@@ -143,14 +145,15 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
         records = [episode_record(b, by_q[b.query_id].get("source"), {"director": director.name,
                                                                        "speaker": speaker.model_name},
                                   sampling.__dict__) for b in branches]
-        group_scores = score_units(episode_units(records, by_q, personas), COLLECTIVE, params.score, judge,
+        group_scores = score_units(BLOCK.judge_units(records, by_q, personas), BLOCK.rubric(params), params.score, judge,
                                    prompt_style=style)
-        turn_scores = score_units(turn_units(records, by_q, personas), PERSONA, params.score, judge, prompt_style=style)
+        turn_scores = score_units(turn_units(records, by_q, personas), REPLY.rubric(params), params.score, judge,
+                                  prompt_style=style)
         valid = [e for e in records if e["valid"]]
         rm = dict(zip([e["query_id"] for e in valid],
                       scorer.score([(None, by_q[e["query_id"]]["context"], block_messages(e["turns"])) for e in valid])
                       if valid else []))
-        metrics = condition_metrics(records, group_scores, turn_scores, rm)
+        metrics = condition_metrics(records, group_scores, turn_scores, rm, BLOCK.rubric(params), REPLY.rubric(params))
         totals[condition] = collective_totals(records, group_scores)
         tags = {**git, "condition": condition, "evaluation": "true", "group_reward_model": rm_name,
                 "group_reward_model_version": str(rm_version), "queries": str(len(queries))}

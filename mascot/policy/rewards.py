@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from mascot.reward.prompt import persona_fields
+from mascot.granularity import persona_fields
 
 
 def first_line(completion: str) -> str:

@@ -35,19 +35,27 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
 
 
 def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
-    """The reward model on judge_check's reference set: does it rank the human reply above an off-topic one
-    and a cold one (as a judge should)? Accuracy with bootstrap 95% intervals and n."""
-    from mascot.annotate.judge_check import COMPARISONS
-    from mascot.reward.prompt import persona_fields
+    """The reward model on its judge's reference set (judge_check, judge_check_group): does it rank the human
+    reply or block above the worse variants, as a judge should? Accuracy with bootstrap 95% intervals and n."""
+    from mascot.reward.prompt import reward_input_ids
     from mascot.stats import mean_with_ci, pairwise_wins
 
-    rows = [(i, t, text) for i in items for t, text in i["replies"].items() if t != "reference_padded"]
-    scores = scorer.score([(persona_fields(personas[i["persona"]]), i["context"], text) for i, _, text in rows])
+    g = scorer.granularity
+    rows, too_long = [], 0
+    for i in items:
+        for variant, (persona, context, side) in g.reference_sides(i, personas):
+            if variant == "reference_padded":
+                continue
+            try:
+                rows.append((i, variant, reward_input_ids(scorer.tokenizer, g, persona, context, side, scorer.max_length)[0]))
+            except ValueError:  # longer than the model's max_length even without context: not measured, counted
+                too_long += 1
+    scores = scorer.score_ids([ids for *_, ids in rows])
     by_item: dict[str, dict[str, float]] = {}
     for (i, t, _), s in zip(rows, scores):
         by_item.setdefault(i["item_id"], {"kind": i["kind"]})[t] = s
-    out = {}
-    for name, better, worse, kind in COMPARISONS:  # the judge's own comparisons, on the reward model
+    out = {"reference_too_long": too_long}
+    for name, better, worse, kind in g.judge_comparisons:  # the judge's own comparisons, on the reward model
         both = [r for r in by_item.values() if r["kind"] == kind and better in r and worse in r]
         fig = mean_with_ci(pairwise_wins([r[better] for r in both], [r[worse] for r in both]), null=0.5)
         out.update({f"reference_{name}": fig["mean"], f"reference_{name}_ci_low": fig["ci_low"],

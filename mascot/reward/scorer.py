@@ -6,14 +6,16 @@ from pathlib import Path
 
 import torch
 
+from mascot.granularity import GRANULARITIES, REPLY, Granularity
 from mascot.reward.prompt import reward_input_ids
 
 META_FILE = "mascot_reward.json"
 
 
 class RewardScorer:
-    def __init__(self, model, tokenizer, max_length: int, batch_size: int = 8):
+    def __init__(self, model, tokenizer, max_length: int, batch_size: int = 8, granularity: Granularity = REPLY):
         self.model, self.tokenizer, self.max_length, self.batch_size = model, tokenizer, max_length, batch_size
+        self.granularity = granularity  # what the model scores: its inputs are built as it was trained on
 
     @classmethod
     def from_dir(cls, adapter_dir: str | Path, base_model: str | None = None, batch_size: int = 8) -> "RewardScorer":
@@ -33,7 +35,7 @@ class RewardScorer:
         base = load_base_classifier(base_path, tokenizer)
         model = PeftModel.from_pretrained(base, adapter_dir)
         model.eval()
-        return cls(model, tokenizer, meta["max_length"], batch_size)
+        return cls(model, tokenizer, meta["max_length"], batch_size, GRANULARITIES[meta.get("granularity", "reply")])
 
     @classmethod
     def from_registry(cls, model_uri: str, base_model: str | None = None, batch_size: int = 8) -> "RewardScorer":
@@ -55,9 +57,11 @@ class RewardScorer:
             scores.extend(self.model(input_ids=ids, attention_mask=mask).logits[:, 0].float().tolist())
         return scores
 
-    def score(self, items: list[tuple[dict, list[dict], str]]) -> list[float]:
-        """Scores of (persona fields, context, reply) triples, built by the one reward prompt function."""
-        return self.score_ids([reward_input_ids(self.tokenizer, p, c, r, self.max_length)[0] for p, c, r in items])
+    def score(self, items: list[tuple]) -> list[float]:
+        """Scores of (persona fields or None, context, reply or block) triples, built by the one reward prompt
+        function of this model's granularity."""
+        g = self.granularity
+        return self.score_ids([reward_input_ids(self.tokenizer, g, p, c, r, self.max_length)[0] for p, c, r in items])
 
 
 def load_base_classifier(base_model: str, tokenizer):

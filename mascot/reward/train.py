@@ -11,42 +11,21 @@ from pathlib import Path
 import torch
 
 from mascot.config import TrainRMParams
-from mascot.reward.prompt import pair_sides, persona_fields, reward_input_ids, template_hash
+from mascot.granularity import GRANULARITIES, REPLY, Granularity
+from mascot.reward.prompt import reward_input_ids
 from mascot.reward.scorer import META_FILE, RewardScorer, load_base_classifier
 
-# Fixed texts scored at the end of training and again after a registry round trip: equal scores prove the
-# registered adapter (score head included) is the trained one.
-PROBES = [
-    ("I can't sleep before my exam tomorrow.", "That sounds exhausting, and it makes sense to feel wound up tonight."),
-    ("My dog died this morning.", "Get a new one."),
-    ("I got the job!", "What made you decide to apply in the first place?"),
-]
-
-
-GROUP_PROBES = [
-    ("I can't sleep before my exam tomorrow.",
-     [("The Anchor", "That sounds exhausting; it makes sense to feel wound up tonight."),
-      ("Action Guide", "One small thing: write tomorrow's first step on paper, then put the notes away.")]),
-    ("My dog died this morning.", [("The Beacon", "Get a new one."), ("The Catalyst", "Yes, get a new one.")]),
-]
-
-
 def probe_items(personas: dict, granularity: str = "reply") -> list[tuple]:
-    """Fixed (persona, context, reply-or-block) items whose scores are compared across a registry round trip."""
-    if granularity == "block":
-        return [(None, [{"role": "user", "content": u}],
-                 [{"role": "assistant", "name": name, "content": text} for name, text in turns])
-                for u, turns in GROUP_PROBES]
-    first = persona_fields(next(iter(personas.values())))
-    return [(first, [{"role": "user", "content": u}], r) for u, r in PROBES]
+    return GRANULARITIES[granularity].probe_items(personas)
 
 
-def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int) -> tuple[list[dict], int]:
+def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int,
+                   g: Granularity = REPLY) -> tuple[list[dict], int]:
     rows, cut = [], 0
     for p in pairs:
-        persona, context, chosen_text, rejected_text = pair_sides(p, personas)
-        chosen, c_cut = reward_input_ids(tokenizer, persona, context, chosen_text, max_length)
-        rejected, r_cut = reward_input_ids(tokenizer, persona, context, rejected_text, max_length)
+        persona, context, chosen_text, rejected_text = g.pair_sides(p, personas)
+        chosen, c_cut = reward_input_ids(tokenizer, g, persona, context, chosen_text, max_length)
+        rejected, r_cut = reward_input_ids(tokenizer, g, persona, context, rejected_text, max_length)
         cut += c_cut or r_cut
         rows.append({"chosen_ids": chosen, "rejected_ids": rejected, "margin": float(p["margin"])})
     return rows, cut
@@ -89,10 +68,11 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
 
     from mascot.reward.evaluation import pair_metrics, reference_set_metrics
 
+    g = GRANULARITIES[granularity]
     train_pairs = [p for p in pairs if p["split"] == "train"]
     eval_pairs = [p for p in pairs if p["split"] == "eval"]
     if not train_pairs:
-        raise ValueError(f"{'train_group_rm' if granularity == 'block' else 'train_rm'}: the pairs file has no "
+        raise ValueError(f"{g.rm_block}: the pairs file has no "
                          "train-split pairs; lower the pairs' score_margin or add data")
     timings, last = {}, [time.perf_counter()]  # the fixed costs around training, logged as time_* metrics
 
@@ -102,8 +82,8 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     tokenizer = AutoTokenizer.from_pretrained(params.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train_rows, train_cut = tokenize_pairs(train_pairs, personas, tokenizer, params.max_length)
-    eval_rows, eval_cut = tokenize_pairs(eval_pairs, personas, tokenizer, params.max_length)
+    train_rows, train_cut = tokenize_pairs(train_pairs, personas, tokenizer, params.max_length, g)
+    eval_rows, eval_cut = tokenize_pairs(eval_pairs, personas, tokenizer, params.max_length, g)
     if not params.use_margin:
         for row in train_rows + eval_rows:
             row.pop("margin")
@@ -136,7 +116,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     from mascot.launch import rank_tag
 
     # every rank says what it trained on (its shard of the pairs); then only the main one goes on
-    print(f"{'train_group_rm' if granularity == 'block' else 'train_rm'}{rank_tag()}: {result.global_step} steps on "
+    print(f"{g.rm_block}{rank_tag()}: {result.global_step} steps on "
           f"{len(trainer.get_train_dataloader())} batches of at most {params.batch_size} pairs, "
           f"train loss {result.training_loss:.4f}", flush=True)
     trainer.accelerator.wait_for_everyone()
@@ -148,18 +128,18 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     head_keys = check_score_head(out_dir)
     (out_dir / META_FILE).write_text(json.dumps({
         "base_model": params.base_model, "max_length": params.max_length, "granularity": granularity,
-        "template_hash": template_hash(granularity), "num_labels": 1,
+        "template_hash": g.template_hash, "num_labels": 1,
         "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
 
     lap("save_s")
-    scorer = RewardScorer(trainer.model, tokenizer, params.max_length, batch_size=params.batch_size)
+    scorer = RewardScorer(trainer.model, tokenizer, params.max_length, batch_size=params.batch_size, granularity=g)
     chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
     rejected = scorer.score_ids([r["rejected_ids"] for r in eval_rows])
     metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected).items()}
     if reference_items:
         metrics.update(reference_set_metrics(scorer, reference_items, personas))
     lap("score_eval_s")
-    probe_scores = scorer.score(probe_items(personas, granularity))
+    probe_scores = scorer.score(g.probe_items(personas))
     lap("probe_s")
     metrics.update(train_pairs=len(train_rows), eval_pairs=len(eval_rows), cut_pairs=train_cut + eval_cut,
                    train_loss=round(result.training_loss, 6), train_steps=result.global_step,
@@ -184,19 +164,18 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     from mascot.launch import is_main_process, world_size
     from mascot.reward.evaluation import plot_distributions
 
-    block = granularity == "block"
-    stage, p = ("train_group_rm", params.train_group_rm) if block else ("train_rm", params.train_rm)
+    g = GRANULARITIES[granularity]
+    stage, p = g.rm_block, g.rm_params(params)
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")  # our own artifacts: the adapter, once
     registry.setup_tracking(params)
     pairs, personas = load_jsonl(pairs_path), load_personas(params.prepare.personas_file)
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
         train_reward_model(pairs, personas, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"), None, granularity)
         return
-    exp = registry.experiment_id(params.mlflow.group_reward_experiment if block else params.mlflow.reward_experiment,
-                                 params.mlflow.artifact_root)
-    lineage = {**registry.lineage_tags(pairs_path, p.base_model, template_hash(granularity)),
+    exp = registry.experiment_id(getattr(params.mlflow, g.rm_experiment), params.mlflow.artifact_root)
+    lineage = {**registry.lineage_tags(pairs_path, p.base_model, g.template_hash),
                "granularity": granularity}
-    run_name = (f"{'group-rm' if block else 'rm'}-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-"
+    run_name = (f"{g.rm_label}-rm-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-"
                 f"{lineage['git_commit'][:7]}")
     out, plots = Path(out_dir), Path(plots_dir)
     plots.mkdir(parents=True, exist_ok=True)
@@ -205,7 +184,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
         print(f"{stage}: versions {', '.join(abandoned)} of {p.registered_model} were left half-registered by an "
               "earlier crash; tagged abandoned (never promoted)")
     with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=lineage) as run:
-        margin = (params.group_pairs if block else params.pairs).score_margin
+        margin = g.pairs_params(params).score_margin
         mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k != "lora"}
                           | {f"{stage}.lora.{k}": v for k, v in p.lora.model_dump().items()}
                           | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity,
@@ -229,7 +208,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                               if k.startswith(("eval_", "reference_")) and v is not None},
                 "probe_scores": json.dumps(result["probe_scores"])}
         version = registry.register_version(p.registered_model, run.info.run_id, "reward_model", tags,
-                                            f"LoRA {'group' if block else 'persona'} reward model (sequence "
+                                            f"LoRA {g.rm_label} reward model (sequence "
                                             "classification, one label)")
         tracking["time_register_s"] = round(time.perf_counter() - t - tracking["time_mlflow_artifacts_s"], 3)
         mlflow.log_metrics(tracking)
@@ -250,7 +229,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
 def main_group(params) -> None:
     """Stage 2: the group reward model on block pairs, registered as `train_group_rm.registered_model`."""
     main(params, "data/group/pairs.jsonl", "models/group_reward", "metrics/train_group_rm.json", "plots/train_group_rm",
-         reference_path=None, granularity="block")
+         reference_path="data/judge_check_group/reference.jsonl", granularity="block")
 
 
 def write_curves(log_history: list[dict], plots: Path) -> None:

@@ -42,9 +42,11 @@ def _plain(value):
 
 def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict], margin: float,
                   min_pairs: int, judge_check: dict | None = None, judge_limits: dict | None = None,
-                  granularity: Granularity = REPLY, judge_bar_on: str = "lower_bound") -> tuple[list[dict], list[dict]]:
+                  granularity: Granularity = REPLY, judge_bar_on: str = "lower_bound",
+                  rubric=None) -> tuple[list[dict], list[dict]]:
     """All expectation results and the quarantined rows (each with the expectations it broke). `candidates`
-    are the units of `granularity`: candidate replies (stage 1) or episodes (stage 2).
+    are the units of `granularity`: candidate replies (stage 1) or episodes (stage 2); `rubric` the one they
+    were scored on (default: the granularity's shipped rubric).
 
     With `judge_check` (its metrics) and `judge_limits` (min_judge_accuracy, max_constant_group_fraction,
     max_empty_reason_fraction), the judge's own quality is gated too: table `judge`, one column a figure."""
@@ -52,19 +54,20 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     g = granularity
-    units = "candidates" if g is REPLY else "episodes"
+    rubric = rubric or g.rubric()
+    units = g.units_table
     frames = {units: suites.units_frame(candidates, g),
-              "scores": suites.scores_frame(scores, candidates, g),
+              "scores": suites.scores_frame(scores, candidates, g, rubric),
               "pairs": suites.pairs_frame(pairs, scores, g)}
     plans = {units: suites.units_suite(frames[units], g),
-             "scores": suites.scores_suite(frames["scores"], g),
+             "scores": suites.scores_suite(frames["scores"], g, rubric),
              "pairs": suites.pairs_suite(frames["pairs"], margin, min_pairs)}
     if judge_limits is not None:
         from mascot.annotate.score import score_metrics
 
-        frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores, g.rubric, g.group_fields),
-                                             judge_bar_on)
-        plans["judge"] = suites.judge_suite(frames["judge"], **judge_limits)
+        frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores, rubric, g.group_fields),
+                                             judge_bar_on, g)
+        plans["judge"] = suites.judge_suite(frames["judge"], **judge_limits, g=g)
     results = [row for name in frames for row in run_suite(context, name, frames[name], plans[name])]
     sources = {units: candidates, "scores": scores, "pairs": pairs, "judge": frames["judge"].to_dict("records") if "judge" in frames else []}
     broken: dict[tuple[str, int], list[str]] = {}
@@ -77,32 +80,24 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
     return results, quarantine
 
 
-def judge_accuracy_failures(results: list[dict]) -> list[dict]:
+def judge_accuracy_failures(results: list[dict], g: Granularity = REPLY) -> list[dict]:
     """The failed judge-accuracy expectations (the ones validate.judge_gate: warn lets through)."""
-    from mascot.annotate.judge_check import GATED
-
-    return [r for r in results if not r["success"] and r["table"] == "judge" and r["column"] in GATED]
+    return [r for r in results if not r["success"] and r["table"] == "judge" and r["column"] in g.gated]
 
 
-def chance_warning(failed: list[dict], judge_check: dict, bar: float, bar_on: str) -> str:
+def chance_warning(failed: list[dict], judge_check: dict, bar: float, bar_on: str, g: Granularity = REPLY) -> str:
     """In words: the judge could not be told from chance, on which figures, and what follows."""
     figures = "; ".join(
-        f"{JUDGE_NAMES[r['column']]} {judge_check.get(r['column'])} [{judge_check.get(r['column'] + '_ci_low')}, "
+        f"{g.judge_figure_words.get(r['column'], r['column'])} {judge_check.get(r['column'])} [{judge_check.get(r['column'] + '_ci_low')}, "
         f"{judge_check.get(r['column'] + '_ci_high')}] (n {judge_check.get(r['column'] + '_n')})" for r in failed)
     where = "its 95% interval's lower bound" if bar_on == "lower_bound" else "the point estimate"
-    return (f"the judge cannot be told from chance: {figures}; {where} is below validate.min_judge_accuracy {bar}. "
+    return (f"the judge cannot be told from chance: {figures}; {where} is below {g.judge_gate_block}.min_judge_accuracy {bar}. "
             "Its scores, the pairs built from them, the reward model trained on those pairs and every policy "
             "comparison after it may rest on noise: read them as the pipeline working, not as preferences "
             "(validate.judge_gate: warn)")
 
 
-JUDGE_NAMES = {"ref_gt_off_topic": "human reply > off-topic", "ref_gt_cold": "human reply > cold"}
-
 JUDGE_HINTS = {
-    "ref_gt_off_topic": "how often the judge ranks the human supporter's reply above one from another "
-                        "conversation (metrics/judge_check.json; bar: validate.min_judge_accuracy)",
-    "ref_gt_cold": "how often the judge ranks the human supporter's reply above a cold one "
-                   "(metrics/judge_check.json; bar: validate.min_judge_accuracy)",
     "constant_group_fraction": "share of queries whose candidates all got the same total: the judge is not "
                                "telling replies apart (bar: validate.max_constant_group_fraction)",
     "empty_reason_fraction": "share of json-mode reasons too short to say anything "
@@ -110,7 +105,7 @@ JUDGE_HINTS = {
 }
 
 
-def summary(results: list[dict]) -> str:
+def summary(results: list[dict], g: Granularity = REPLY) -> str:
     failed = [r for r in results if not r["success"]]
     if not failed:
         return f"all {len(results)} expectations passed"
@@ -120,7 +115,7 @@ def summary(results: list[dict]) -> str:
         if r["table"] == "judge":
             lines.append(f"  - judge quality: {r['column']} = {r.get('observed')} is outside "
                          f"{json.dumps({k: v for k, v in r['kwargs'].items() if k in ('min_value', 'max_value')})}"
-                         f" ({JUDGE_HINTS.get(r['column'], '')})")
+                         f" ({JUDGE_HINTS.get(r['column']) or g.judge_figure_hint(r['column'])})")
             continue
         what = (f"{r['unexpected_count']} of {r['element_count']} rows unexpected"
                 if r["column"] else f"observed {r['element_count']}")

@@ -10,21 +10,13 @@ import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
-from mascot.annotate.judge_check import GATED
 from mascot.granularity import REPLY, Granularity
 
 TOL = 1e-3  # scores are stored rounded to 4 decimals
 
 
-def unit_text(unit: dict) -> str:
-    """A candidate's reply, or an episode's turns rendered as the pairing rule compares them (speakers too)."""
-    from mascot.pairs import block_text
-
-    return block_text(unit["turns"]) if "turns" in unit else unit["text"]
-
-
 def units_frame(units: list[dict], g: Granularity = REPLY) -> pd.DataFrame:
-    return pd.DataFrame([{g.unit_id: u.get(g.unit_id), "text": unit_text(u)} for u in units],
+    return pd.DataFrame([{g.unit_id: u.get(g.unit_id), "text": g.unit_text(u)} for u in units],
                         columns=[g.unit_id, "text"])
 
 
@@ -34,9 +26,9 @@ def units_suite(df: pd.DataFrame, g: Granularity = REPLY) -> list:
             gxe.ExpectColumnValuesToNotBeNull(column="text")]
 
 
-def scores_frame(scores: list[dict], units: list[dict], g: Granularity = REPLY) -> pd.DataFrame:
-    text_by_id = {u[g.unit_id]: unit_text(u) for u in units}
-    dimensions = list(g.rubric.dimensions)
+def scores_frame(scores: list[dict], units: list[dict], g: Granularity = REPLY, rubric=None) -> pd.DataFrame:
+    text_by_id = {u[g.unit_id]: g.unit_text(u) for u in units}
+    dimensions = list((rubric or g.rubric()).dimensions)
     rows = []
     for s in scores:
         row = {g.unit_id: s[g.unit_id], "status": s["status"], "total_reward": s["total_reward"],
@@ -53,15 +45,16 @@ def scores_frame(scores: list[dict], units: list[dict], g: Granularity = REPLY) 
                                        "unit_exists", *dimensions, "total_minus_mean", "scored_text_chars"])
 
 
-def scores_suite(df: pd.DataFrame, g: Granularity = REPLY) -> list:
+def scores_suite(df: pd.DataFrame, g: Granularity = REPLY, rubric=None) -> list:
+    dimensions = list((rubric or g.rubric()).dimensions)
     scored = dict(row_condition=Column("status") == "scored")
     unscored = dict(row_condition=Column("status") == "unscored")
     return [
         gxe.ExpectColumnValuesToBeUnique(column=g.unit_id),
         gxe.ExpectColumnValuesToBeInSet(column="unit_exists", value_set=[True]),
         gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["scored", "unscored"]),
-        *[gxe.ExpectColumnValuesToBeBetween(column=d, min_value=1, max_value=5, **scored) for d in g.rubric.dimensions],
-        *[gxe.ExpectColumnValuesToNotBeNull(column=d, **scored) for d in g.rubric.dimensions],
+        *[gxe.ExpectColumnValuesToBeBetween(column=d, min_value=1, max_value=5, **scored) for d in dimensions],
+        *[gxe.ExpectColumnValuesToNotBeNull(column=d, **scored) for d in dimensions],
         gxe.ExpectColumnValuesToBeBetween(column="total_reward", min_value=1, max_value=5, **scored),
         gxe.ExpectColumnValuesToBeBetween(column="total_minus_mean", min_value=-TOL, max_value=TOL, **scored),
         gxe.ExpectColumnValuesToBeBetween(column="scored_text_chars", min_value=1, **scored),
@@ -117,23 +110,23 @@ def pairs_suite(df: pd.DataFrame, margin: float, min_pairs: int) -> list:
     ]
 
 
-def judge_frame(judge_check: dict, score_metrics: dict, bar_on: str = "lower_bound") -> pd.DataFrame:
+def judge_frame(judge_check: dict, score_metrics: dict, bar_on: str = "lower_bound", g: Granularity = REPLY) -> pd.DataFrame:
     """One row of judge-quality figures: judge_check's gated accuracies (their interval's lower bound, or the
     point estimate) and the scores' signs of a judge that is not judging (constant totals within a query, empty
     reasons). A missing figure is NaN (not gated); a missing lower bound (too few items for an interval) is 0."""
     if bar_on == "lower_bound":
         row = {name: (judge_check.get(f"{name}_ci_low") or 0.0) if judge_check.get(name) is not None else None
-               for name in GATED}
+               for name in g.gated}
     else:
-        row = {name: judge_check.get(name) for name in GATED}
+        row = {name: judge_check.get(name) for name in g.gated}
     row["constant_group_fraction"] = score_metrics.get("constant_group_fraction")
     row["empty_reason_fraction"] = score_metrics.get("empty_reason_fraction")
     return pd.DataFrame([row], dtype=float)
 
 
 def judge_suite(df: pd.DataFrame, min_judge_accuracy: float, max_constant_group_fraction: float,
-                max_empty_reason_fraction: float) -> list:
-    checks = [gxe.ExpectColumnValuesToBeBetween(column=name, min_value=min_judge_accuracy) for name in GATED]
+                max_empty_reason_fraction: float, g: Granularity = REPLY) -> list:
+    checks = [gxe.ExpectColumnValuesToBeBetween(column=name, min_value=min_judge_accuracy) for name in g.gated]
     checks += [gxe.ExpectColumnValuesToBeBetween(column="constant_group_fraction", max_value=max_constant_group_fraction),
                gxe.ExpectColumnValuesToBeBetween(column="empty_reason_fraction", max_value=max_empty_reason_fraction)]
     return checks
