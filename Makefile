@@ -53,7 +53,7 @@ stack-deps:
 ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
 
-# A CUDA machine (README "GPUs"; not run here: no GPU). On Linux x86_64 PyPI's torch 2.13.0 wheel is the CUDA build;
+# A CUDA machine (docs/profiles.md "GPUs"; not run here: no GPU). On Linux x86_64 PyPI's torch 2.13.0 wheel is the CUDA build;
 # xgrammar's triton dependency is real there. vLLM (GPU) gets its own environment, as on the CPU.
 setup-gpu:
 	$(PYTHON) -m venv $(VENV)

@@ -48,10 +48,10 @@ def launch_command(argv: list[str], num_processes: int, config_file: str | None)
 
 def relaunch(stage: str, params, argv: list[str]) -> int | None:
     """Run the stage as N ranks and return their exit status, or None to run it here (N = 1, or already a rank)."""
-    block = TRAINING_STAGES.get(stage)
-    if block is None or under_launcher():
+    key = TRAINING_STAGES.get(stage)
+    if key is None or under_launcher():
         return None
-    p = getattr(params, block)
+    p = getattr(params, key)
     if p.num_processes <= 1 and not p.accelerate_config:
         return None
     cmd = launch_command(argv, p.num_processes, p.accelerate_config)

@@ -81,3 +81,61 @@ def test_choose_style_and_mode_agreement():
     _, b = fake_run([4, 4, 4], [1, 5, 1], [1, 1, 1])
     agree = mode_agreement(cands, a, b)
     assert agree["same_call"]["mean"] == pytest.approx(5 / 6, abs=1e-4)
+
+
+def group_conversation(k: int) -> Dialogue:
+    return Dialogue(f"conv-{k}", "esconv", [
+        Turn("user", f"hello, I am person {k}"), Turn("assistant", f"hi {k}, what is on your mind today?"),
+        Turn("user", f"I feel awful about thing {k}"), Turn("assistant", f"that sounds really hard, thing {k} weighs"),
+        Turn("assistant", f"what part of thing {k} worries you the most?"), Turn("user", "all of it, honestly")])
+
+
+def test_block_reference_set_holds_the_four_variants_of_each_human_block():
+    from mascot.annotate.reference_set import ECHO_LEADS, build_block_reference_set
+    from mascot.granularity import BLOCK
+
+    names = ["The Anchor", "The Catalyst", "The Beacon"]
+    items = build_block_reference_set([group_conversation(k) for k in range(4)], names, 200, lambda t: len(t.split()),
+                                      items=3, turns=2, exclude={"conv-0"})
+    assert len(items) == 3 and all(not i["item_id"].startswith("block-conv-0@") for i in items)
+    for item in items:
+        b = item["blocks"]
+        assert set(b) == {"reference", "echo", "off_topic", "redundant", "reference_padded"}
+        ref = b["reference"]
+        own = item["item_id"].split("@")[0].removeprefix("block-conv-")
+        assert [m["role"] for m in ref] == ["assistant", "assistant"] and item["context"][-1]["role"] == "user"
+        assert f"thing {own}" in ref[0]["content"] and ref[0]["name"] != ref[1]["name"]
+        # echo: the second companion restates the first (same speakers); off-topic: another conversation's turns
+        # under the same speakers; redundant: the companions' turns said twice
+        assert b["echo"][0] == ref[0] and b["echo"][1]["name"] == ref[1]["name"]
+        assert b["echo"][1]["content"].startswith(ECHO_LEADS[0].format(name=ref[0]["name"]))
+        assert ref[0]["content"][1:] in b["echo"][1]["content"]
+        assert [m["name"] for m in b["off_topic"]] == [m["name"] for m in ref]
+        assert f"thing {own}" not in " ".join(m["content"] for m in b["off_topic"])
+        assert b["redundant"] == ref + ref
+        assert all(m["content"].endswith(NEUTRAL_SENTENCE) for m in b["reference_padded"])
+    from mascot.data.personas import load_personas
+
+    variants, units = BLOCK.reference_units(items, load_personas("data/personas.yaml"))
+    assert len(variants) == len(units) == 3 * 5 and "Block:\nThe" in units[0]["item"]
+
+
+def test_the_collective_figures_compare_the_human_block_with_each_worse_one():
+    from mascot.granularity import BLOCK
+
+    dims = ["fidelity", "engagement_contribution", "originality_specificity", "group_coherence"]
+    cands, scores = [], []
+    for k in range(12):
+        for variant, total in (("reference", 4.0), ("echo", 2.0), ("off_topic", 4.0 if k < 6 else 1.0),
+                               ("redundant", 3.0 + (k % 2) * 2), ("reference_padded", 4.5)):
+            cands.append({"query_id": f"b{k}", "reply_type": variant, "kind": "dialogue", "text": "w " * (5 + k)})
+            scores.append({"status": "scored", "total_reward": total, "scores": {d: total for d in dims},
+                           "choice_mass": {d: 0.9 for d in dims}})
+    fig = analyse(cands, scores, "expected", BLOCK, dims)
+    assert fig["ref_gt_echo"]["mean"] == 1.0 and fig["ref_gt_echo"]["n"] == 12
+    assert fig["ref_gt_off_topic"]["mean"] == 0.75  # 6 ties (0.5 each) and 6 wins
+    assert fig["ref_gt_redundant"]["mean"] == 0.5 and fig["ref_gt_redundant"]["by_dimension"]["fidelity"] == 0.5
+    assert fig["ref_gt_echo"]["by_dimension_ci"]["group_coherence"]["n"] == 12
+    assert fig["length_probe"]["up_fraction"] == 1.0
+    flat = headline(fig, BLOCK)
+    assert {"ref_gt_echo", "ref_gt_echo_ci_low", "ref_gt_redundant_n", "ref_gt_off_topic.fidelity"} <= set(flat)
