@@ -265,6 +265,24 @@ class PromoteParams(Block):
     require_beat_length_baseline: bool = True
 
 
+class WatchParams(Block):
+    """The judge watches the policy during GRPO (mascot/policy/watch.py): the rule of the verdict is there."""
+    enabled: bool = True
+    every_steps: int = Field(4, ge=1)  # and at step 0 and the last step
+    # probes: the first probe_queries held-out queries (the evaluation's rule), each under probe_personas personas
+    probe_queries: int = Field(10, ge=1)
+    probe_personas: int = Field(2, ge=1)
+    max_tokens: int | None = Field(None, ge=1)  # default: the block's max_completion_length
+    judge_margin: float = Field(0.05, ge=0)  # a judge change below this, with the reward model up: over-optimising
+    min_checks: int = Field(2, ge=2)
+    # a version whose verdict is over-optimising is registered but does not get the `champion` alias
+    refuse_over_optimising: bool = True
+    # stop when the verdict has been over-optimising for `patience` consecutive checks; keep the adapter of the
+    # check the judge scored best
+    stop_when_over_optimising: bool = False
+    patience: int = Field(2, ge=1)
+
+
 class GRPOParams(LaunchFields):
     base_model: str = "models/base"
     registered_model: str = "mascot-speaker"
@@ -282,6 +300,7 @@ class GRPOParams(LaunchFields):
     format_weight: float = 0.5
     max_prompts: int | None = Field(None, ge=1)
     seed: int = 0
+    watch: WatchParams = WatchParams()
     # passed through to TRL's GRPOConfig (bf16, gradient_checkpointing, use_vllm, vllm_mode, num_iterations,
     # loss_type, deepspeed, ...): checked against it at start-up; a key this block already has is refused
     trainer_args: dict[str, Any] = {}

@@ -224,3 +224,27 @@ def check_recorded_champion(name: str, alias: str, decision_path: str | Path, st
                          f"`dvc repro -f {promote_stage}`, or move it back with `mascot promote --model {name} "
                          f"--version {recorded} --alias {alias} --reason ...`")
     return str(current)
+
+
+def dvc_experiment_tags() -> dict[str, str]:
+    """Inside `dvc exp run`, the experiment's name and baseline commit (DVC puts them in the stage's
+    environment), so MLflow's runs page can group and filter runs by experiment; outside, nothing."""
+    import os
+
+    name, baseline = os.environ.get("DVC_EXP_NAME"), os.environ.get("DVC_EXP_BASELINE_REV")
+    return {k: v for k, v in (("dvc_exp_name", name), ("dvc_exp_baseline_rev", baseline)) if v}
+
+
+def log_input_file(path: str | Path, context: str) -> None:
+    """Log a JSONL input (pairs, episodes, queries) as an MLflow dataset of the active run: its scalar columns as
+    the schema, its md5 as the digest (the value dvc.lock records for it: DVC 3 hashes a file's bytes), `context`
+    train or eval, so the runs page's Dataset column says which data a run saw."""
+    import mlflow
+    import pandas as pd
+
+    from mascot.io import load_jsonl
+
+    rows = load_jsonl(path)
+    df = pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rows])
+    dataset = mlflow.data.from_pandas(df, source=str(Path(path).resolve()), name=str(path), digest=file_md5(path))
+    mlflow.log_input(dataset, context=context)

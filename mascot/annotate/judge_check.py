@@ -240,8 +240,10 @@ def main(params, granularity: str = "reply") -> None:
     registry.setup_tracking(params)
     exp = registry.experiment_id(params.mlflow.judge_experiment, params.mlflow.artifact_root)
     with mlflow.start_run(experiment_id=exp, run_name=f"{stage.replace('_', '-')}-{Path(backend.model_name).name}-{chosen}",
-                          tags={**registry.git_state(), "judge_model": backend.model_name, "rubric": rubric.name,
+                          tags={**registry.git_state(), **registry.dvc_experiment_tags(),
+                                "judge_model": backend.model_name, "rubric": rubric.name,
                                 "granularity": g.name, "chosen_prompt_style": chosen}):
+        registry.log_input_file(items_path, "eval")
         mlflow.log_params({"judge_model": backend.model_name, "modes": ",".join(modes), "rubric": rubric.name,
                            "prompt_styles": ",".join(styles), "dialogue_items": metrics["items_dialogue"],
                            "qa_items": metrics["items_qa"], "few_shot": params.score.few_shot})

@@ -8,7 +8,6 @@ and a diversity term (a penalty for naming the previous turn's speaker again). W
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from mascot.annotate.director import DirectiveError, block_messages, director_prompt, directive_text, parse_directive
 from mascot.annotate.episodes import Branch, LLMDirector, Sampling, roll_forward
@@ -88,9 +87,46 @@ def make_director_rewards(scorer, speaker_backend, personas: dict, params: Direc
     return [group_reward_model, directive_format, speaker_diversity]
 
 
+def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas: dict, scorer, speaker, judge,
+                   rollout: Sampling):
+    """The watch of a Director: held-out queries (the evaluation's rule) at their branch point; the policy's
+    greedy directive is rolled forward `rollout_turns` turns by the speakers (as in training), and the block is
+    scored by the group reward model and by the judge on the collective rubric (a directive that does not parse
+    leaves no block: the judge's floor, and no reward-model score)."""
+    from mascot.annotate.director import roster
+    from mascot.annotate.score import resolve_prompt_style, score_units
+    from mascot.granularity import BLOCK
+    from mascot.policy.grpo import judge_total
+    from mascot.policy.watch import Watch, greedy_answers
+    from mascot.splits import held_out
+    from mascot.transcript import turn_messages
+
+    w = p.watch
+    probes = held_out(list(queries.values()), params.heldout, w.probe_queries)
+    prompts = [director_prompt(personas, q["context"], [], p.prompt_style, prefill=False)[0] for q in probes]
+    style, team, rubric = resolve_prompt_style(params.score), roster(personas), BLOCK.rubric(params)
+
+    def answer(model, tokenizer):
+        raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length)
+        # a transcript prompt ends in "Agent:" (the completion continues it); a chat one has no prefill
+        directives = [directive_text(r, prefilled=not isinstance(prompt, list)) for r, prompt in zip(raw, prompts)]
+        branches = [Branch(q["query_id"], 0, q["context"]) for q in probes]
+        follow = LLMDirector(speaker, personas, "chat", rollout, constrained=params.episodes.constrain_directives)
+        roll_forward(branches, p.rollout_turns, follow, speaker, personas, rollout, first=directives)
+        valid = [i for i, b in enumerate(branches) if b.valid]
+        rm_valid = dict(zip(valid, scorer.score([(None, branches[i].context, block_messages(branches[i].turns))
+                                                 for i in valid]))) if valid else {}
+        units = [{"id": f"{b.query_id}|watch", "item": BLOCK.judge_item(team, b.context, turn_messages(b.turns)),
+                  "fields": {"episode_id": f"{b.query_id}|watch", "query_id": b.query_id, "prefix_id": b.query_id,
+                             "branch": 0}, "skip": None if b.valid else "empty block"} for b in branches]
+        scores = score_units(units, rubric, params.score, judge, prompt_style=style)
+        return directives, [rm_valid.get(i) for i in range(len(branches))], [judge_total(s) for s in scores]
+    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
+
+
 def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
          out_dir: str = "models/director", metrics_path: str = "metrics/train_director.json",
-         plots_path: str = "plots/train_director/rewards.csv") -> None:
+         plots_path: str = "plots/train_director/rewards.csv", watch_plot: str = "plots/train_director/watch.csv") -> None:
     import os
 
     from mascot import registry
@@ -126,19 +162,28 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                 "completion_kinds": dict(rewards[1].completion_kinds)}
 
     series = {plots_path: ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
-                           "rewards/speaker_diversity/mean", "completions/mean_length"]}
+                           "rewards/speaker_diversity/mean", "completions/mean_length", "reward_std",
+                           "frac_reward_zero_std", "completions/clipped_ratio"]}
+    from mascot.launch import is_main_process
+
+    judge = make_backend(params.llm.judge, "llm.judge") if p.watch.enabled and is_main_process() else None
     try:
+        watch = director_watch(params, p, queries, personas, scorer, speaker, judge, rollout) if judge else None
         metrics, version = run_policy_stage(
             params, "train_director", p, params.mlflow.director_experiment, rows,
             rewards,
             [p.reward_weight, p.format_weight, p.diversity_weight], tags,
             "LoRA Director policy (one directive per completion) trained with GRPO", out_dir, metrics_path, series,
-            format_figures)
+            format_figures, watch=watch, watch_plot=watch_plot, inputs=[(episodes_path, "train")])
     finally:
         speaker.close()
+        if judge is not None:
+            judge.close()
     if version is None:  # a DDP rank other than the main one
         return
     print(f"train_director: {metrics['steps']} steps on {len(rows)} Director states, reward "
           f"{metrics['reward_first_step']} -> {metrics['reward_last_step']}, directive format "
           f"{metrics['directive_format_first_step']} -> {metrics['directive_format_last_step']}; group reward model "
           f"{rm_name} v{rm_version} ({rm_uri}); registered {version.name} v{version.version}")
+    if watch is not None:
+        print(f"train_director: watch verdict {metrics['watch_verdict']}: {metrics['watch_why']}")

@@ -96,7 +96,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
     judge = make_backend(params.llm.judge, "llm.judge")
     policy = json.loads((Path(policy_dir) / "registered.json").read_text())
     results, all_replies = {}, []
-    git = registry.git_state()
+    git = {**registry.git_state(), **registry.dvc_experiment_tags()}
     for label, adapter in (("base", None), ("grpo", policy_dir)):
         model, tokenizer = load_policy(params.grpo.base_model, adapter)
         backend = LocalBackend.from_model(model, tokenizer, f"{params.grpo.base_model}+{label}",
@@ -106,6 +106,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
         if label == "grpo":
             tags.update(policy_model=policy["name"], policy_version=policy["version"])
         with mlflow.start_run(experiment_id=exp, run_name=f"eval-{label}-{git['git_commit'][:7]}", tags=tags):
+            registry.log_input_file(queries_path, "eval")
             metrics, replies = evaluate_policy(backend, queries, personas, judge, scorer, params)
             mlflow.log_params({"evaluate.max_queries": params.evaluate.max_queries,
                                "evaluate.temperature": params.evaluate.temperature,

@@ -128,7 +128,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     style = resolve_prompt_style(params.score)
     director_version = json.loads((Path(director_dir) / "registered.json").read_text())
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
-    git = registry.git_state()
+    git = {**registry.git_state(), **registry.dvc_experiment_tags()}
     results, records_all, totals = {}, [], {}
     for condition in p.conditions:
         if condition in ("trained", "base"):
@@ -160,6 +160,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
         if condition == "trained":
             tags.update(director_model=director_version["name"], director_version=director_version["version"])
         with mlflow.start_run(experiment_id=exp, run_name=f"eval-group-{condition}-{git['git_commit'][:7]}", tags=tags):
+            registry.log_input_file(queries_path, "eval")
             mlflow.log_params({"evaluate_group.agent_turns": p.agent_turns, "evaluate_group.max_queries": p.max_queries,
                                "evaluate_group.director_temperature": p.director_temperature,
                                "score.mode": params.score.mode})

@@ -45,9 +45,9 @@ def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int,
 
 
 def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
-                 out_dir: Path, checkpoint_dir: Path, meta: dict | None = None) -> dict:
+                 out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
-    the columns the reward functions read."""
+    the columns the reward functions read; `watch` (mascot/policy/watch.py) checks the policy as it trains."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -73,7 +73,8 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
                           reward_funcs=reward_funcs,
-                          train_dataset=Dataset.from_list(rows), peft_config=lora)
+                          train_dataset=Dataset.from_list(rows), peft_config=lora,
+                          callbacks=[watch.callback()] if watch is not None else None)
     result = trainer.train()
     from mascot.launch import rank_tag
 
@@ -86,6 +87,10 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:  # under DDP only the main rank saves; see mascot/launch.py
         return None
+    kept = watch.restore_best(trainer.model) if watch is not None else None
+    if kept is not None:
+        print(f"{(meta or {}).get('stage', 'grpo')}: stopped at step {watch.stopped_at} (over-optimising for "
+              f"{params.watch.patience} checks); keeping the adapter of step {kept}, the judge's best", flush=True)
     shutil.rmtree(out_dir, ignore_errors=True)
     trainer.model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -125,11 +130,27 @@ def champion_scorer(rm_name: str, alias: str, stage: str, promote_stage: str):
     return version, uri, RewardScorer.from_registry(uri)
 
 
+def health_signals(history: list[dict]) -> dict:
+    """TRL's own signs of a step that teaches nothing: groups whose completions all got the same reward (no
+    advantage, no gradient), the reward's spread within groups, completions cut at max_completion_length."""
+    from statistics import fmean
+
+    def series(key):
+        return [h[key] for h in history if h.get(key) is not None]
+    zero, std, clipped = series("frac_reward_zero_std"), series("reward_std"), series("completions/clipped_ratio")
+    return {"mean_frac_reward_zero_std": round(fmean(zero), 4) if zero else None,
+            "steps_without_reward_spread_fraction": round(fmean(z >= 1.0 for z in zero), 4) if zero else None,
+            "mean_reward_std": round(fmean(std), 4) if std else None,
+            "mean_clipped_ratio": round(fmean(clipped), 4) if clipped else None}
+
+
 def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: list[dict], reward_funcs: list,
                      weights: list[float], tags: dict, description: str, out_dir: str, metrics_path: str,
-                     plot_series: dict[str, list[str]], extra_metrics=None) -> tuple[dict, object]:
-    """One GRPO stage, speaker or Director: an MLflow run (params, metrics, the adapter), a registered
-    version marked complete only at the end, and the curves as CSV for `dvc plots`."""
+                     plot_series: dict[str, list[str]], extra_metrics=None, watch=None, watch_plot: str | None = None,
+                     inputs: list[tuple[str, str]] = ()) -> tuple[dict, object]:
+    """One GRPO stage, speaker or Director: an MLflow run (params, metrics, the adapter, its input files as
+    datasets), a registered version marked complete only at the end, the curves as CSV for `dvc plots`, and,
+    with a `watch`, its checks (plot, verdict) and the `champion` alias given or refused by the verdict."""
     import csv
 
     import mlflow
@@ -139,6 +160,9 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
 
     from mascot.launch import is_main_process, world_size
 
+    if p.watch.stop_when_over_optimising and world_size() > 1:
+        raise ValueError(f"{stage}.watch.stop_when_over_optimising: the watch runs on the main rank only, so it "
+                         f"cannot stop {world_size()} DDP ranks together; turn it off, or train with num_processes 1")
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
         train_policy(rows, reward_funcs, weights, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"),
                      meta={"stage": stage})
@@ -147,24 +171,44 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
     exp = registry.experiment_id(experiment, params.mlflow.artifact_root)
     run_name = (f"{stage}-{Path(p.base_model).name}-rm-v{tags['reward_model_version']}-lr{p.learning_rate:g}-"
                 f"{tags['git_commit'][:7]}")
+    tags = {**tags, **registry.dvc_experiment_tags()}
     with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=tags) as run:
-        mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k != "lora"}
+        for path, context in inputs:
+            registry.log_input_file(path, context)
+        mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k not in ("lora", "watch")}
                           | {f"{stage}.lora.{k}": v for k, v in p.lora.model_dump().items()}
+                          | {f"{stage}.watch.{k}": v for k, v in p.watch.model_dump().items()}
                           | {"reward_model": tags["reward_model"], "reward_model_version": tags["reward_model_version"],
                              "prompts": len(rows), "world_size": world_size()})
         result = train_policy(rows, reward_funcs, weights, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"),
-                              meta={"stage": stage})
+                              meta={"stage": stage}, watch=watch)
         history = result["history"]
         metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": tags["reward_model_version"],
                    "reward_first_step": history[0]["reward"] if history else None,
                    "reward_last_step": history[-1]["reward"] if history else None, **reward_trend(history),
-                   **(extra_metrics(history) if extra_metrics else {})}
+                   **health_signals(history), **(extra_metrics(history) if extra_metrics else {})}
+        watched = None
+        if watch is not None:
+            from mascot.policy import watch as watching
+
+            watched = watch.result()
+            watching.write_csv(watch.checks, watch_plot)
+            metrics.update({k: v for k, v in watching.flat_metrics(watched).items()},
+                           watch_stopped_early=watched["stopped_early"], watch_stopped_at_step=watched["stopped_at_step"],
+                           watch_kept_step=watched["kept_step"])
+            write_json(Path(watch_plot).with_name("watch_checks.json"), {"verdict": watched, "checks": watch.checks})
+            mlflow.log_artifact(str(Path(watch_plot).with_name("watch_checks.json")))
+            mlflow.set_tags({"watch_verdict": watched["verdict"]})
         write_json(metrics_path, metrics)
+        mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                            and v is not None and k.startswith(("watch_", "mean_", "steps_without"))})
         mlflow.log_artifact(metrics_path)
         mlflow.log_artifacts(out_dir, artifact_path="policy")
-        version = registry.register_version(p.registered_model, run.info.run_id, "policy",
-                                            {**tags, "reward_first_step": metrics["reward_first_step"],
-                                             "reward_last_step": metrics["reward_last_step"]}, description)
+        version_tags = {**tags, "reward_first_step": metrics["reward_first_step"],
+                        "reward_last_step": metrics["reward_last_step"],
+                        **({k: v for k, v in metrics.items() if k.startswith("watch_") and v is not None}
+                           if watched else {})}
+        version = registry.register_version(p.registered_model, run.info.run_id, "policy", version_tags, description)
     for path, keys in plot_series.items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as fh:
@@ -174,17 +218,78 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
     write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
                                                     "run_id": version.run_id})
     registry.mark_complete(version.name, version.version)
+    if watched is not None:
+        metrics["champion"] = policy_alias(version, watched, p.watch, stage)
+        write_json(metrics_path, metrics)
     return metrics, version
+
+
+def policy_alias(version, watched: dict, w, stage: str) -> bool:
+    """`champion` for the new policy version unless its watch says over-optimising and
+    watch.refuse_over_optimising holds; either way the version's tags say why."""
+    from mlflow import MlflowClient
+
+    from mascot import registry
+    from mascot.policy.watch import OVER
+
+    if watched["verdict"] == OVER and w.refuse_over_optimising:
+        why = (f"not promoted: the watch says over-optimising ({watched['why']}); "
+               "watch.refuse_over_optimising: true")
+        MlflowClient().set_model_version_tag(version.name, version.version, "champion_refused", why)
+        print(f"{stage}: {version.name} v{version.version} registered without @champion: {why}")
+        return False
+    registry.set_alias(version.name, "champion", version.version, f"watch verdict: {watched['verdict']}",
+                       {"watch_verdict": watched["verdict"]})
+    return True
+
+
+def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dict, scorer, judge):
+    """The watch of a speaker policy: held-out queries (the evaluation's rule), each under `probe_personas`
+    personas in turn, answered greedily, scored by the reward model, the judge (persona rubric; an empty reply
+    at the rubric's floor) and by length and repetition."""
+    from mascot.annotate.score import resolve_prompt_style, score_candidates
+    from mascot.granularity import persona_fields
+    from mascot.policy.rewards import first_line
+    from mascot.policy.watch import Watch, greedy_answers
+    from mascot.splits import held_out
+
+    w, names = p.watch, list(personas)
+    probes = [(q, personas[names[(i + j) % len(names)]])
+              for i, q in enumerate(held_out(list(queries.values()), params.heldout, w.probe_queries))
+              for j in range(min(w.probe_personas, len(names)))]
+    prompts = [speaker_prompt(persona, q["context"], p.prompt_style)[0] for q, persona in probes]
+    style = resolve_prompt_style(params.score)
+
+    def answer(model, tokenizer):
+        raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length)
+        # what the reward functions read: a chat reply whole, a transcript reply's first line
+        answers = [r.strip() if isinstance(prompt, list) else first_line(r) for r, prompt in zip(raw, prompts)]
+        rm = scorer.score([(persona_fields(persona), q["context"], a) for (q, persona), a in zip(probes, answers)])
+        cands = [{"candidate_id": f"{q['query_id']}|{persona.name}|watch", "query_id": q["query_id"],
+                  "persona": persona.name, "text": a} for (q, persona), a in zip(probes, answers)]
+        scores = score_candidates(cands, {q["query_id"]: q for q, _ in probes}, personas, params.score, judge,
+                                  prompt_style=style)
+        return answers, rm, [judge_total(s) for s in scores]
+    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
+
+
+def judge_total(score: dict) -> float | None:
+    """A judged total; an answer with nothing to judge at the rubric's floor (a policy that learned to say
+    nothing is not let off); a judge that failed, None (left out of the paired change)."""
+    if score["status"] == "scored":
+        return score["total_reward"]
+    return 1.0 if score["unscored_reason"] in ("empty reply", "empty block") else None
 
 
 def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
          out_dir: str = "models/policy", metrics_path: str = "metrics/train_grpo.json",
-         plots_path: str = "plots/train_grpo/rewards.csv") -> None:
+         plots_path: str = "plots/train_grpo/rewards.csv", watch_plot: str = "plots/train_grpo/watch.csv") -> None:
     import os
 
     from mascot import registry
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
+    from mascot.launch import is_main_process
     from mascot.policy.rewards import make_format_reward, make_reward_model_reward
 
     p: GRPOParams = params.grpo
@@ -200,14 +305,28 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
             "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri,
             "personas": ",".join(sorted({r["persona"] for r in rows})), "base_model": p.base_model,
             **registry.base_model_tags(p.base_model)}
-    series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean"],
+    series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean", "reward_std",
+                           "frac_reward_zero_std", "completions/clipped_ratio"],
               str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
-    metrics, version = run_policy_stage(
-        params, "grpo", p, params.mlflow.policy_experiment, rows,
-        [make_reward_model_reward(scorer, personas), make_format_reward()], [p.reward_weight, p.format_weight], tags,
-        "LoRA speaker policy trained with GRPO", out_dir, metrics_path, series)
+    judge = None
+    if p.watch.enabled and is_main_process():
+        from mascot.llm.factory import make_backend
+
+        judge = make_backend(params.llm.judge, "llm.judge")
+    try:
+        watch = speaker_watch(params, p, queries, personas, scorer, judge) if judge is not None else None
+        metrics, version = run_policy_stage(
+            params, "grpo", p, params.mlflow.policy_experiment, rows,
+            [make_reward_model_reward(scorer, personas), make_format_reward()], [p.reward_weight, p.format_weight],
+            tags, "LoRA speaker policy trained with GRPO", out_dir, metrics_path, series, watch=watch,
+            watch_plot=watch_plot, inputs=[(pairs_path, "train")])
+    finally:
+        if judge is not None:
+            judge.close()
     if version is None:  # a DDP rank other than the main one
         return
+    if watch is not None:
+        print(f"train_grpo: watch verdict {metrics['watch_verdict']}: {metrics['watch_why']}")
     print(f"train_grpo: {metrics['steps']} steps, reward {metrics['reward_first_step']} -> "
           f"{metrics['reward_last_step']}, reward model {rm_name} v{rm_version} ({rm_uri}); "
           f"registered {version.name} v{version.version}")

@@ -183,7 +183,10 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     if abandoned:
         print(f"{stage}: versions {', '.join(abandoned)} of {p.registered_model} were left half-registered by an "
               "earlier crash; tagged abandoned (never promoted)")
-    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=lineage) as run:
+    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags={**lineage, **registry.dvc_experiment_tags()}) as run:
+        registry.log_input_file(pairs_path, "train")
+        if reference_path and Path(reference_path).exists():
+            registry.log_input_file(reference_path, "eval")  # the judge's reference set, on the reward model
         margin = g.pairs_params(params).score_margin
         mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k != "lora"}
                           | {f"{stage}.lora.{k}": v for k, v in p.lora.model_dump().items()}

@@ -1,0 +1,216 @@
+"""The watch: the judge looks at the policy while GRPO optimises the reward model, so that reward hacking
+(the reward-model score rising while the quality it stood for stalls or falls; Gao et al. 2022) is seen
+while it happens, not after.
+
+At step 0, every `every_steps` steps and at the last step the current policy answers a fixed probe set
+(held-out queries, never trained on; greedy), and each answer is scored by the reward model being optimised,
+by the judge on its rubric, and by its length and repetition (distinct-2). At the end a verdict compares the
+last check with step 0, per probe (a paired bootstrap over the probes):
+
+- `too few to tell`: fewer than `stats.min_n` probes or fewer than `watch.min_checks` checks;
+- `not learning`: the reward model's change has an interval reaching 0 or below;
+- `over-optimising`: the reward model up and the judge's mean change below `watch.judge_margin`
+  (flat or down);
+- `improving`: the reward model up and the judge up by at least the margin, its interval above 0;
+- `too few to tell` also when the judge rose by at least the margin but its interval reaches 0.
+
+The pure functions here (`probe_row`, `verdict`, `should_stop`) hold the rule; `WatchCallback` runs the
+checks inside TRL's trainer.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from mascot.stats import MIN_N, mean_with_ci, spearman
+
+IMPROVING, OVER, NOT_LEARNING, TOO_FEW = "improving", "over-optimising", "not learning", "too few to tell"
+FIGURES = ("reward_model", "judge", "length", "distinct_2")
+
+
+def distinct_2(text: str) -> float:
+    """Distinct bigrams over all bigrams of one answer (1.0: no bigram repeats; a looping answer falls to 0)."""
+    words = text.split()
+    grams = list(zip(words, words[1:]))
+    return round(len(set(grams)) / len(grams), 4) if grams else 1.0
+
+
+def probe_row(step: int, answers: list[str], rm: list[float], judge: list[float | None]) -> dict:
+    """One check: the per-probe figures and their means."""
+    row = {"step": step, "answers": answers, "reward_model": [round(x, 4) for x in rm],
+           "judge": judge, "length": [len(a.split()) for a in answers], "distinct_2": [distinct_2(a) for a in answers]}
+    for fig in FIGURES:
+        vals = [v for v in row[fig] if v is not None]
+        row[f"mean_{fig}"] = round(sum(vals) / len(vals), 4) if vals else None
+    return row
+
+
+def _change(first: dict, last: dict, fig: str) -> dict:
+    diffs = [b - a for a, b in zip(first[fig], last[fig]) if a is not None and b is not None]
+    return mean_with_ci(diffs)
+
+
+def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n: int | None = None) -> dict:
+    """The change of each figure from the first check to the last (paired over probes, with its interval and
+    n), the rank correlation of the reward model's and the judge's means across checks, and the verdict."""
+    min_n = MIN_N if min_n is None else min_n
+    out: dict = {"checks": len(checks), "steps_checked": [c["step"] for c in checks]}
+    if len(checks) < 2:
+        return {**out, "verdict": TOO_FEW, "why": f"{len(checks)} check(s); a change needs two"}
+    first, last = checks[0], checks[-1]
+    out["change"] = {fig: _change(first, last, fig) for fig in FIGURES}
+    rm, judge = out["change"]["reward_model"], out["change"]["judge"]
+    out["rm_judge_spearman"] = spearman([c["mean_reward_model"] for c in checks], [c["mean_judge"] for c in checks]) \
+        if all(c["mean_judge"] is not None for c in checks) and len(checks) >= 3 else None
+    n = min(rm["n"], judge["n"])
+    if n < min_n or len(checks) < min_checks:
+        out.update(verdict=TOO_FEW, why=f"{n} probes (stats.min_n {min_n}), {len(checks)} checks (watch.min_checks "
+                                        f"{min_checks})")
+    elif rm["ci_low"] is None or rm["ci_low"] <= 0:
+        out.update(verdict=NOT_LEARNING, why=f"the reward model's change {rm['mean']} [{rm['ci_low']}, {rm['ci_high']}] "
+                                             "reaches 0")
+    elif judge["mean"] < judge_margin:
+        out.update(verdict=OVER, why=f"the reward model rose {rm['mean']} [{rm['ci_low']}, {rm['ci_high']}] while the "
+                                     f"judge changed {judge['mean']} [{judge['ci_low']}, {judge['ci_high']}], below "
+                                     f"watch.judge_margin {judge_margin}")
+    elif judge["ci_low"] is not None and judge["ci_low"] > 0:
+        out.update(verdict=IMPROVING, why=f"reward model {rm['mean']} [{rm['ci_low']}, {rm['ci_high']}] and judge "
+                                          f"{judge['mean']} [{judge['ci_low']}, {judge['ci_high']}] both up")
+    else:
+        out.update(verdict=TOO_FEW, why=f"the judge rose {judge['mean']} but its interval [{judge['ci_low']}, "
+                                        f"{judge['ci_high']}] reaches 0")
+    out["n"] = n
+    return out
+
+
+def should_stop(checks: list[dict], judge_margin: float, patience: int, min_n: int | None = None) -> bool:
+    """True when the verdict over the checks so far has been over-optimising at each of the last `patience`
+    checks."""
+    if len(checks) < patience + 1:
+        return False
+    return all(verdict(checks[: k + 1], judge_margin, 2, min_n)["verdict"] == OVER
+               for k in range(len(checks) - patience, len(checks)))
+
+
+def write_csv(checks: list[dict], path: str | Path) -> None:
+    """One row per check: step and the mean of each figure (`dvc plots`: reward model, judge, length by step)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["step", *[f"mean_{f}" for f in FIGURES]])
+        for c in checks:
+            writer.writerow([c["step"], *[c[f"mean_{f}"] for f in FIGURES]])
+
+
+def flat_metrics(result: dict) -> dict:
+    """The verdict as flat figures for metrics files, MLflow and version tags."""
+    out = {"watch_verdict": result["verdict"], "watch_why": result.get("why"), "watch_checks": result["checks"],
+           "watch_n": result.get("n"), "watch_rm_judge_spearman": result.get("rm_judge_spearman")}
+    for fig, ch in (result.get("change") or {}).items():
+        out.update({f"watch_{fig}_change": ch["mean"], f"watch_{fig}_change_ci_low": ch["ci_low"],
+                    f"watch_{fig}_change_ci_high": ch["ci_high"]})
+    return out
+
+
+def log_check(row: dict) -> None:
+    """A check as MLflow step metrics of the active run (watch/reward_model, watch/judge, ...) and one line."""
+    import mlflow
+
+    if mlflow.active_run() is not None:
+        mlflow.log_metrics({f"watch/{k[5:]}": v for k, v in row.items() if k.startswith("mean_") and v is not None},
+                           step=row["step"])
+    print(f"watch: step {row['step']}: reward model {row['mean_reward_model']}, judge {row['mean_judge']}, "
+          f"words {row['mean_length']}, distinct-2 {row['mean_distinct_2']} ({len(row['answers'])} probes)", flush=True)
+
+
+class Watch:
+    """The checks of one run. `answer(model, tokenizer) -> (answers, rm_scores, judge_scores)` is the stage's
+    own probe (a speaker's replies, or a Director's directives rolled forward)."""
+
+    def __init__(self, answer, every_steps: int, judge_margin: float, stop_when_over_optimising: bool = False,
+                 patience: int = 2, min_n: int | None = None, log=log_check):
+        self.answer, self.every_steps, self.judge_margin = answer, every_steps, judge_margin
+        self.stop, self.patience, self.min_n, self.log = stop_when_over_optimising, patience, min_n, log
+        self.checks: list[dict] = []
+        self.best: tuple[float, int, dict] | None = None  # (judge mean, step, adapter weights)
+        self.stopped_at: int | None = None
+
+    def check(self, model, tokenizer, step: int) -> dict:
+        import torch
+
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                answers, rm, judge = self.answer(model, tokenizer)
+        finally:
+            model.train(was_training)
+        row = probe_row(step, answers, rm, judge)
+        self.checks.append(row)
+        if row["mean_judge"] is not None and (self.best is None or row["mean_judge"] > self.best[0]):
+            from peft import get_peft_model_state_dict
+
+            self.best = (row["mean_judge"], step, {k: v.detach().clone() for k, v in
+                                                   get_peft_model_state_dict(model).items()})
+        if self.log:
+            self.log(row)
+        return row
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        watch = self
+
+        class WatchCallback(TrainerCallback):
+            def on_train_begin(self, args, state, control, model=None, processing_class=None, **kw):
+                watch.check(model, processing_class, 0)
+
+            def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
+                last = state.global_step >= state.max_steps
+                if state.global_step % watch.every_steps and not last:
+                    return
+                watch.check(model, processing_class, state.global_step)
+                if watch.stop and not last and should_stop(watch.checks, watch.judge_margin, watch.patience, watch.min_n):
+                    watch.stopped_at = state.global_step
+                    control.should_training_stop = True
+
+            def on_train_end(self, args, state, control, model=None, processing_class=None, **kw):
+                if watch.checks and watch.checks[-1]["step"] != state.global_step:
+                    watch.check(model, processing_class, state.global_step)
+
+        return WatchCallback()
+
+    def restore_best(self, model) -> int | None:
+        """After an early stop: the adapter weights of the check the judge scored best; returns its step."""
+        if self.stopped_at is None or self.best is None:
+            return None
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, self.best[2])
+        return self.best[1]
+
+    def result(self) -> dict:
+        out = verdict(self.checks, self.judge_margin, 2, self.min_n)
+        out["stopped_early"] = self.stopped_at is not None
+        out["stopped_at_step"] = self.stopped_at
+        out["kept_step"] = self.best[1] if self.stopped_at is not None and self.best else None
+        return out
+
+
+def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int) -> list[str]:
+    """The policy's greedy continuation of each prompt (text, or messages through the chat template)."""
+    import torch
+
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if isinstance(p, list) else p
+             for p in prompts]
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        enc = tokenizer(texts, return_tensors="pt", padding=True)
+    finally:
+        tokenizer.padding_side = side
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    torch.manual_seed(0)
+    out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                         pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)

@@ -1,0 +1,120 @@
+"""The watch: the judge looks at the policy during GRPO, and a reward that can be gamed is caught gaming."""
+import json
+
+import pytest
+import yaml
+
+from mascot.policy.watch import IMPROVING, NOT_LEARNING, OVER, TOO_FEW, distinct_2, probe_row, should_stop, verdict
+
+
+def checks_of(rm_by_check, judge_by_check, n=12):
+    return [probe_row(step, ["a reply"] * n, [rm + 0.01 * i for i in range(n)], [j - 0.01 * i for i in range(n)])
+            for step, (rm, j) in enumerate(zip(rm_by_check, judge_by_check))]
+
+
+@pytest.mark.parametrize("rm, judge, expected", [
+    ([0.0, 0.5, 1.0], [3.0, 3.2, 3.5], IMPROVING),
+    ([0.0, 0.5, 1.0], [3.0, 3.0, 2.6], OVER),
+    ([0.0, 0.5, 1.0], [3.0, 3.01, 3.02], OVER),  # judge flat: below watch.judge_margin
+    ([0.0, 0.0, 0.0], [3.0, 3.5, 3.9], NOT_LEARNING),
+])
+def test_the_verdict_rule(rm, judge, expected):
+    result = verdict(checks_of(rm, judge), judge_margin=0.05)
+    assert result["verdict"] == expected, result
+    assert result["n"] == 12 and result["change"]["reward_model"]["n"] == 12
+    assert (result["rm_judge_spearman"] is None) == (expected == NOT_LEARNING)  # a constant series has no rank
+
+
+def test_too_few_probes_or_checks_is_too_few_to_tell():
+    assert verdict(checks_of([0.0, 1.0], [3.0, 2.0], n=4), 0.05)["verdict"] == TOO_FEW  # n 4 < stats.min_n
+    assert verdict(checks_of([0.0], [3.0]), 0.05)["verdict"] == TOO_FEW
+    assert verdict(checks_of([0.0, 1.0], [3.0, 2.0]), 0.05, min_checks=3)["verdict"] == TOO_FEW
+
+
+def test_early_stop_waits_for_patience_checks():
+    assert not should_stop(checks_of([0.0, 1.0], [3.0, 2.0]), 0.05, patience=2)
+    assert should_stop(checks_of([0.0, 1.0, 2.0], [3.0, 2.0, 1.5]), 0.05, patience=2)
+    assert not should_stop(checks_of([0.0, 1.0, 2.0], [3.0, 2.0, 3.9]), 0.05, patience=2)
+
+
+def test_distinct_2_falls_with_repetition():
+    assert distinct_2("one two three four") == 1.0 and distinct_2("a b a b a b") == 0.4 and distinct_2("word") == 1.0
+
+
+def length_paying_setup(tiny_model_dir, tmp_path, **watch):
+    """A deliberately hackable reward (it pays for the first line's length) and a judge that wants concise
+    replies: GRPO makes the replies longer, and the watch sees the reward rise while the judge falls."""
+    from mascot.config import LoraParams, WatchParams, parse_params
+    from mascot.policy.rewards import first_line
+    from mascot.policy.watch import Watch, greedy_answers
+
+    prompts = [f"Person: I feel sad about thing {i}.\nThe Anchor:" for i in range(12)]
+
+    def length_reward(prompts, completions, **_):
+        return [float(len(first_line(c))) for c in completions]
+
+    def answer(model, tokenizer):
+        replies = [first_line(x) for x in greedy_answers(model, tokenizer, prompts, 32)]
+        return replies, [float(len(r)) for r in replies], [5.0 - min(4.0, len(r) / 10) for r in replies]
+
+    raw = yaml.safe_load(open("params.yaml"))
+    raw["grpo"] = {"base_model": str(tiny_model_dir), "num_generations": 4, "prompts_per_step": 2,
+                   "max_completion_length": 32, "max_steps": 10, "learning_rate": 3e-2, "temperature": 1.0,
+                   "lora": {"r": 8, "alpha": 16}, "watch": {"every_steps": 2, **watch}}
+    raw["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "artifact_root": str(tmp_path / "art")}
+    params = parse_params(raw)
+    w: WatchParams = params.grpo.watch
+    return (params, [{"prompt": p} for p in prompts], length_reward,
+            Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience))
+
+
+def run_stage(params, rows, reward, watch, tmp_path):
+    import mlflow
+
+    from mascot import registry
+    from mascot.policy.grpo import run_policy_stage
+
+    registry.setup_tracking(params)
+    mlflow.set_tracking_uri(params.mlflow.tracking_uri)
+    tags = {**registry.git_state(), "reward_model": "length", "reward_model_version": "0"}
+    return run_policy_stage(params, "grpo", params.grpo, "watch-test", rows, [reward], [1.0], tags,
+                            "a speaker trained on a reward that pays for length", str(tmp_path / "policy"),
+                            str(tmp_path / "metrics.json"), {}, watch=watch, watch_plot=str(tmp_path / "watch.csv"))
+
+
+def test_a_length_paying_reward_is_caught_and_left_without_champion(tiny_model_dir, tmp_path, repo_root, monkeypatch,
+                                                                   capsys):
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(repo_root)
+    params, rows, reward, watch = length_paying_setup(tiny_model_dir, tmp_path)
+    metrics, version = run_stage(params, rows, reward, watch, tmp_path)
+    out = capsys.readouterr().out
+    print(out[-1500:])
+    assert metrics["watch_verdict"] == OVER, metrics["watch_why"]
+    assert metrics["watch_reward_model_change_ci_low"] > 0 and metrics["watch_judge_change"] < 0
+    assert metrics["champion"] is False and "registered without @champion" in out and "over-optimising" in out
+    client = MlflowClient()
+    mv = client.get_model_version(version.name, version.version)
+    assert "champion" not in (mv.aliases or []) and "over-optimising" in mv.tags["champion_refused"]
+    assert mv.tags["watch_verdict"] == OVER
+    rows_csv = (tmp_path / "watch.csv").read_text().splitlines()
+    assert rows_csv[0] == "step,mean_reward_model,mean_judge,mean_length,mean_distinct_2"
+    assert [r.split(",")[0] for r in rows_csv[1:]] == ["0", "2", "4", "6", "8", "10"]
+    history = client.get_metric_history(version.run_id, "watch/judge")
+    assert [m.step for m in history] == [0, 2, 4, 6, 8, 10]
+
+
+def test_early_stop_keeps_the_judges_best_adapter(tiny_model_dir, tmp_path, repo_root, monkeypatch):
+    from safetensors.torch import load_file
+
+    monkeypatch.chdir(repo_root)
+    params, rows, reward, watch = length_paying_setup(tiny_model_dir, tmp_path, stop_when_over_optimising=True,
+                                                      patience=1)
+    metrics, version = run_stage(params, rows, reward, watch, tmp_path)
+    print(json.dumps({k: v for k, v in metrics.items() if k.startswith("watch_")}, indent=1))
+    assert metrics["watch_stopped_early"] and metrics["watch_stopped_at_step"] < 10
+    assert metrics["steps"] == metrics["watch_stopped_at_step"] and metrics["watch_kept_step"] == 0
+    # the kept adapter is step 0's, before any update: LoRA's B matrices start at zero
+    weights = load_file(tmp_path / "policy/adapter_model.safetensors")
+    assert all(float(v.abs().sum()) == 0.0 for k, v in weights.items() if "lora_B" in k)
