@@ -239,6 +239,8 @@ def log_input_file(path: str | Path, context: str) -> None:
     """Log a JSONL input (pairs, episodes, queries) as an MLflow dataset of the active run: its scalar columns as
     the schema, its md5 as the digest (the value dvc.lock records for it: DVC 3 hashes a file's bytes), `context`
     train or eval, so the runs page's Dataset column says which data a run saw."""
+    import warnings
+
     import mlflow
     import pandas as pd
 
@@ -246,5 +248,7 @@ def log_input_file(path: str | Path, context: str) -> None:
 
     rows = load_jsonl(path)
     df = pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rows])
-    dataset = mlflow.data.from_pandas(df, source=str(Path(path).resolve()), name=str(path), digest=file_md5(path))
+    with warnings.catch_warnings():  # a local path matches two registered source kinds, both the local one
+        warnings.simplefilter("ignore", UserWarning)
+        dataset = mlflow.data.from_pandas(df, source=str(Path(path).resolve()), name=str(path), digest=file_md5(path))
     mlflow.log_input(dataset, context=context)
