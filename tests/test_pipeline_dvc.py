@@ -63,7 +63,11 @@ run = client.get_run(grpo.run_id)
 open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champion.version), "tags": champion.tags, "scores": scores,
                   "grpo_rm_version": run.data.params["reward_model_version"],
                   "grpo_rm_tag": run.data.tags["reward_model_uri"],
-                  "reward_history": [m.value for m in client.get_metric_history(grpo.run_id, "reward")]}))
+                  "reward_history": [m.value for m in client.get_metric_history(grpo.run_id, "reward")],
+                  "rm_inputs": [(d.dataset.name, d.dataset.digest, [t.value for t in d.tags])
+                                for d in client.get_run(champion.run_id).inputs.dataset_inputs],
+                  "watch_judge_steps": [m.step for m in client.get_metric_history(grpo.run_id, "watch/judge")],
+                  "grpo_version_tags": grpo.tags, "grpo_aliases": list(grpo.aliases)}))
 """
     (work / ".mascot").mkdir(exist_ok=True)
     (work / ".mascot/check_registry.py").write_text(check)
@@ -79,6 +83,14 @@ open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champ
     assert tags["pairs_md5"] in lock  # the DVC hash of the pairs the model was trained on
     assert out["grpo_rm_version"] == "1" and out["grpo_rm_tag"] == "models:/mascot-persona-rm@champion"
     assert len(out["reward_history"]) == 2
+    # the runs page's Dataset column: the pairs the reward model trained on, digest = dvc.lock's md5
+    assert ["data/pairs.jsonl", tags["pairs_md5"], ["train"]] in out["rm_inputs"]
+    # the watch: a check at step 0, each step (tiny: every_steps 1) and the verdict on the version
+    assert out["watch_judge_steps"] == [0, 1, 2] and out["grpo_version_tags"]["watch_verdict"]
+    watch = json.loads((work / "metrics/train_grpo.json").read_text())
+    assert watch["watch_verdict"] == "too few to tell" and watch["watch_n"] == 2  # 2 probes: no verdict
+    assert out["grpo_aliases"] == ["champion"] and watch["champion"] is True
+    assert (work / "plots/train_grpo/watch.csv").read_text().startswith("step,mean_reward_model,mean_judge")
     # the shortcut checks travel with the version, so `mlflow ui` shows them beside accuracy
     assert "eval_length_baseline_accuracy" in tags and "reference_ref_gt_off_topic" in tags
 
