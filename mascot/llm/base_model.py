@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from mascot.config import BaseModelParams
@@ -114,13 +115,49 @@ def assemble_qwen_gguf(out_path: Path) -> Path:
     return out_path
 
 
-def _convert_gguf(gguf_path: Path, out_dir: Path):
+@contextmanager
+def gguf_parsed_once():
+    """transformers reads a GGUF's metadata anew for each use (the config, the tokenizer's config, the
+    tokenizer, the weights: five parses for one conversion), and the gguf package parses it in Python, a
+    262k-token vocabulary element by element, each element a slice of a numpy memmap: most of a conversion's
+    time (benchmarks/model_conversion.py). Inside this block each file is read into memory once, parsed once,
+    and its reader shared; the outputs are identical."""
+    import os
+
+    import gguf
+    import gguf.gguf_reader
+    import numpy
+
+    class InMemory:  # numpy as gguf's reader sees it, except that a memmap is the file read into memory
+        def __getattr__(self, name):
+            return getattr(numpy, name)
+
+        @staticmethod
+        def memmap(path, mode="r", **_):
+            return numpy.fromfile(path, dtype=numpy.uint8)
+
+    original, readers = gguf.GGUFReader, {}
+
+    def reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+    gguf.GGUFReader, gguf.gguf_reader.np = reader, InMemory()
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.gguf_reader.np = original, numpy
+
+
+def _convert_gguf(gguf_path: Path, out_dir: Path, parse_once: bool = True):
     """Dequantize a GGUF into an fp32 safetensors folder; returns the tokenizer for the caller to finish."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    with gguf_parsed_once() if parse_once else nullcontext():
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     # A GGUF-loaded model refuses to save until its quantizer markers are gone (it is plain fp32 by now).
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
