@@ -248,7 +248,9 @@ def log_input_file(path: str | Path, context: str) -> None:
 
     rows = load_jsonl(path)
     df = pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rows])
-    with warnings.catch_warnings():  # a local path matches two registered source kinds, both the local one
-        warnings.simplefilter("ignore", UserWarning)
+    # a local path matches two registered source kinds (both the local one), and a column with gaps makes
+    # MLflow warn about integer schemas: neither concerns a dataset logged for lineage
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         dataset = mlflow.data.from_pandas(df, source=str(Path(path).resolve()), name=str(path), digest=file_md5(path))
     mlflow.log_input(dataset, context=context)

@@ -118,3 +118,12 @@ def test_early_stop_keeps_the_judges_best_adapter(tiny_model_dir, tmp_path, repo
     # the kept adapter is step 0's, before any update: LoRA's B matrices start at zero
     weights = load_file(tmp_path / "policy/adapter_model.safetensors")
     assert all(float(v.abs().sum()) == 0.0 for k, v in weights.items() if "lora_B" in k)
+
+
+def test_an_answer_without_a_reward_model_score_is_left_out_of_the_change():
+    """A Director's directive that does not parse leaves no block: no reward-model score, the judge's floor."""
+    first = probe_row(0, ["x"] * 12, [0.0] * 11 + [None], [3.0] * 12)
+    last = probe_row(4, ["x"] * 12, [1.0] * 12, [1.0] + [3.0] * 11)
+    assert first["reward_model"][-1] is None and first["mean_reward_model"] == 0.0
+    result = verdict([first, last], 0.05)
+    assert result["change"]["reward_model"]["n"] == 11 and result["change"]["judge"]["n"] == 12

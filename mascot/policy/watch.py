@@ -37,7 +37,7 @@ def distinct_2(text: str) -> float:
 
 def probe_row(step: int, answers: list[str], rm: list[float], judge: list[float | None]) -> dict:
     """One check: the per-probe figures and their means."""
-    row = {"step": step, "answers": answers, "reward_model": [round(x, 4) for x in rm],
+    row = {"step": step, "answers": answers, "reward_model": [None if x is None else round(x, 4) for x in rm],
            "judge": judge, "length": [len(a.split()) for a in answers], "distinct_2": [distinct_2(a) for a in answers]}
     for fig in FIGURES:
         vals = [v for v in row[fig] if v is not None]

@@ -225,8 +225,10 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     print(f"{stage}: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "
           f"on {metrics['eval_pairs']} pairs (longer-reply-wins baseline {metrics.get('eval_length_baseline_accuracy')}, "
           f"accuracy where the chosen reply is not longer {metrics.get('eval_accuracy_not_longer')} on "
-          f"{metrics.get('eval_not_longer_pairs')}; reference set: human > off-topic "
-          f"{metrics.get('reference_ref_gt_off_topic')}, human > cold {metrics.get('reference_ref_gt_cold')}); registered {version.name} v{version.version} (run {version.run_id})")
+          f"{metrics.get('eval_not_longer_pairs')}; reference set: "
+          + (", ".join(f"{g.judge_figure_words[name]} {metrics.get('reference_' + name)}" for name in g.gated)
+             if reference else "none")
+          + f"); registered {version.name} v{version.version} (run {version.run_id})")
 
 
 def main_group(params) -> None:
