@@ -67,7 +67,8 @@ open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champ
                   "rm_inputs": [(d.dataset.name, d.dataset.digest, [t.value for t in d.tags])
                                 for d in client.get_run(champion.run_id).inputs.dataset_inputs],
                   "watch_judge_steps": [m.step for m in client.get_metric_history(grpo.run_id, "watch/judge")],
-                  "grpo_version_tags": grpo.tags, "grpo_aliases": list(grpo.aliases)}))
+                  "grpo_version_tags": grpo.tags,
+                  "grpo_aliases": list(client.get_model_version(grpo.name, grpo.version).aliases)}))
 """
     (work / ".mascot").mkdir(exist_ok=True)
     (work / ".mascot/check_registry.py").write_text(check)

@@ -197,7 +197,9 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
                            watch_stopped_early=watched["stopped_early"], watch_stopped_at_step=watched["stopped_at_step"],
                            watch_kept_step=watched["kept_step"])
             write_json(Path(watch_plot).with_name("watch_checks.json"), {"verdict": watched, "checks": watch.checks})
+            watching.plot_png(watch.checks, watched, Path(watch_plot).with_suffix(".png"), f"{stage} watch")
             mlflow.log_artifact(str(Path(watch_plot).with_name("watch_checks.json")))
+            mlflow.log_artifact(str(Path(watch_plot).with_suffix(".png")))
             mlflow.set_tags({"watch_verdict": watched["verdict"]})
         write_json(metrics_path, metrics)
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)

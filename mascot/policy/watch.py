@@ -102,6 +102,35 @@ def write_csv(checks: list[dict], path: str | Path) -> None:
             writer.writerow([c["step"], *[c[f"mean_{f}"] for f in FIGURES]])
 
 
+def plot_png(checks: list[dict], result: dict, path: str | Path, title: str) -> None:
+    """The watch as one picture: reward model, judge and length by step, the verdict in the title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [c["step"] for c in checks]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    # a minimum span per axis, so that a change of a thousandth of a judge point does not fill the panel
+    panels = (("reward_model", "reward model (mean over probes)", 0.5), ("judge", "judge total (1-5)", 0.5),
+              ("length", "words per answer", 4.0))
+    for ax, (fig_name, label, span) in zip(axes, panels):
+        values = [c[f"mean_{fig_name}"] for c in checks]
+        ax.plot(steps, values, marker="o")
+        known = [v for v in values if v is not None]
+        if known and max(known) - min(known) < span:
+            mid = (max(known) + min(known)) / 2
+            ax.set_ylim(mid - span / 2, mid + span / 2)
+        ax.set_xlabel("step")
+        ax.set_title(label, fontsize=9)
+    n = result.get("n")
+    fig.suptitle(f"{title}: {result['verdict']} (n={n} probes, {len(checks)} checks)", fontsize=10)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def flat_metrics(result: dict) -> dict:
     """The verdict as flat figures for metrics files, MLflow and version tags."""
     out = {"watch_verdict": result["verdict"], "watch_why": result.get("why"), "watch_checks": result["checks"],
