@@ -91,7 +91,14 @@ def chance_warning(failed: list[dict], judge_check: dict, bar: float, bar_on: st
         f"{g.judge_figure_words.get(r['column'], r['column'])} {judge_check.get(r['column'])} [{judge_check.get(r['column'] + '_ci_low')}, "
         f"{judge_check.get(r['column'] + '_ci_high')}] (n {judge_check.get(r['column'] + '_n')})" for r in failed)
     where = "its 95% interval's lower bound" if bar_on == "lower_bound" else "the point estimate"
-    return (f"the judge cannot be told from chance: {figures}; {where} is below {g.judge_gate_block}.min_judge_accuracy {bar}. "
+    # an interval wholly below 0.5 is not chance: the judge prefers the worse side, and says so
+    inverted = [g.judge_figure_words.get(r["column"], r["column"]) for r in failed
+                if (judge_check.get(r["column"] + "_ci_high") if judge_check.get(r["column"] + "_ci_high") is not None
+                    else 1.0) < 0.5]
+    head = "the judge cannot be told from chance" + (
+        f", and on {', '.join(inverted)} it is worse than chance (the whole interval below 0.5: it prefers the "
+        "worse side)" if inverted else "")
+    return (f"{head}: {figures}; {where} is below {g.judge_gate_block}.min_judge_accuracy {bar}. "
             "Its scores, the pairs built from them, the reward model trained on those pairs and every policy "
             "comparison after it may rest on noise: read them as the pipeline working, not as preferences "
             "(validate.judge_gate: warn)")
