@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -75,6 +76,8 @@ def main() -> None:
     ap.add_argument("--workdir", default=".")
     ap.add_argument("--rate", type=int, default=20, help="samples per second")
     ap.add_argument("--from-raw", nargs="*", default=[])
+    ap.add_argument("--resume", action="store_true", help="let a stage reuse its resume journal (default: a fresh, "
+                                                          "empty one, so that the profile measures the work)")
     args = ap.parse_args()
     for raw in args.from_raw:
         counts, total = summarise(Path(raw))
@@ -87,9 +90,12 @@ def main() -> None:
     mascot = shutil.which("mascot") or f"{sys.executable} -m mascot.cli"
     for stage in args.stages:
         raw = work / "profiles" / f"{stage}.raw"
+        env = os.environ.copy()
+        if not args.resume:
+            env["MASCOT_RESUME_DIR"] = tempfile.mkdtemp(prefix=f"profile-{stage}-")
         start = time.perf_counter()
         proc = subprocess.run([spy, "record", "-r", str(args.rate), "-f", "raw", "-o", str(raw), "--",
-                               *mascot.split(), stage], cwd=work, env=os.environ.copy(), capture_output=True, text=True)
+                               *mascot.split(), stage], cwd=work, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
         if proc.returncode:
             print(f"{stage}: exited {proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)
