@@ -27,13 +27,15 @@ CATEGORIES = [
     ("GGUF parse", ("gguf_reader", "_gguf_parse_value")),
     ("GGUF dequantize", ("dequantize",)),
     ("mlflow", ("mlflow/",)),
-    ("model load", ("from_pretrained", "load_state_dict", "safetensors", "from_registry", "download_artifacts",
-                    "load_base_classifier", "PeftModel")),
+    ("model load", ("from_pretrained", "load_state_dict", "safetensors", "download_artifacts",
+                    "load_base_classifier", "load_adapter")),
     ("backward", ("backward", "run_backward", "_engine_run_backward")),
     ("optimizer", ("optimizer", "adamw", "step (torch/optim")),
-    ("generation (decode)", ("generate (", "_sample (", "_prefill_and_generate", "greedy_answers")),
-    ("judge / scoring forward", ("choice_distribution", "_choice_probs", "score_ids", "_forward_logits",
-                                 "json_complete", "_logprobs")),
+    ("the watch: greedy answers", ("greedy_answers",)),
+    ("judge (expected mode)", ("choice_distribution",)),
+    ("judge (json mode)", ("json_complete",)),
+    ("reward-model scoring", ("score_ids",)),
+    ("generation (decode)", ("generate (", "_sample (", "_prefill_and_generate")),
     ("tokenisation", ("tokenizer", "tokenize", "apply_chat_template", "encode (", "_batch_encode")),
     ("policy forward (logps)", ("_get_per_token_logps", "compute_loss", "_compute_loss", "selective_log_softmax")),
     ("TRL / Trainer bookkeeping", ("trl/", "transformers/trainer", "accelerate/")),
@@ -41,8 +43,13 @@ CATEGORIES = [
 ]
 
 
+IDLE = ("Condition.wait", "_worker (concurrent/futures", "select (selectors", "_recv_msg", "wait (threading")
+
+
 def classify(stack: str) -> str:
     frames = stack.split(";")
+    if frames and any(p in frames[-1] for p in IDLE):
+        return "idle"  # a waiting thread (a thread pool, MLflow's async logging): not the stage's work
     for name, patterns in CATEGORIES:
         if any(p in frame for frame in frames for p in patterns):
             return name
@@ -55,13 +62,16 @@ def summarise(raw: Path) -> tuple[Counter, int]:
         stack, _, n = line.rpartition(" ")
         if not n.isdigit():
             continue
-        counts[classify(stack)] += int(n)
+        what = classify(stack)
+        if what == "idle":
+            continue
+        counts[what] += int(n)
         total += int(n)
     return counts, total
 
 
 def print_summary(stage: str, counts: Counter, total: int, wall: float | None) -> None:
-    head = f"## {stage}" + (f": {wall:.0f} s wall" if wall else "") + f", {total} samples"
+    head = f"## {stage}" + (f": {wall:.0f} s wall" if wall else "") + f", {total} samples of working threads"
     print(head)
     print("| what | share | seconds |\n| --- | ---: | ---: |")
     for name, n in counts.most_common():

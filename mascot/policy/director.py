@@ -106,6 +106,8 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
     prompts = [director_prompt(personas, q["context"], [], p.prompt_style, prefill=False)[0] for q in probes]
     style, team, rubric = resolve_prompt_style(params.score), roster(personas), BLOCK.rubric(params)
 
+    judged: dict[str, float | None] = {}  # judge item -> total: the judge is deterministic
+
     def answer(model, tokenizer):
         raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length)
         # a transcript prompt ends in "Agent:" (the completion continues it); a chat one has no prefill
@@ -119,8 +121,10 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
         units = [{"id": f"{b.query_id}|watch", "item": BLOCK.judge_item(team, b.context, turn_messages(b.turns)),
                   "fields": {"episode_id": f"{b.query_id}|watch", "query_id": b.query_id, "prefix_id": b.query_id,
                              "branch": 0}, "skip": None if b.valid else "empty block"} for b in branches]
-        scores = score_units(units, rubric, params.score, judge, prompt_style=style)
-        return directives, [rm_valid.get(i) for i in range(len(branches))], [judge_total(s) for s in scores]
+        new = [u for u in units if u["item"] not in judged]  # a block unchanged since a check: its score
+        scores = score_units(new, rubric, params.score, judge, prompt_style=style) if new else []
+        judged.update({u["item"]: judge_total(s) for u, s in zip(new, scores)})
+        return directives, [rm_valid.get(i) for i in range(len(branches))], [judged[u["item"]] for u in units]
     return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
 
 

@@ -262,16 +262,21 @@ def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dic
     prompts = [speaker_prompt(persona, q["context"], p.prompt_style)[0] for q, persona in probes]
     style = resolve_prompt_style(params.score)
 
+    judged: dict[tuple, float | None] = {}  # (probe, answer) -> judge total: the judge is deterministic
+
     def answer(model, tokenizer):
         raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length)
         # what the reward functions read: a chat reply whole, a transcript reply's first line
         answers = [r.strip() if isinstance(prompt, list) else first_line(r) for r, prompt in zip(raw, prompts)]
         rm = scorer.score([(persona_fields(persona), q["context"], a) for (q, persona), a in zip(probes, answers)])
-        cands = [{"candidate_id": f"{q['query_id']}|{persona.name}|watch", "query_id": q["query_id"],
-                  "persona": persona.name, "text": a} for (q, persona), a in zip(probes, answers)]
+        keys = [(q["query_id"], persona.name, a) for (q, persona), a in zip(probes, answers)]
+        new = [i for i, k in enumerate(keys) if k not in judged]  # an answer unchanged since a check: its score
+        cands = [{"candidate_id": f"{keys[i][0]}|{keys[i][1]}|watch", "query_id": keys[i][0], "persona": keys[i][1],
+                  "text": keys[i][2]} for i in new]
         scores = score_candidates(cands, {q["query_id"]: q for q, _ in probes}, personas, params.score, judge,
-                                  prompt_style=style)
-        return answers, rm, [judge_total(s) for s in scores]
+                                  prompt_style=style) if cands else []
+        judged.update({keys[i]: judge_total(s) for i, s in zip(new, scores)})
+        return answers, rm, [judged[k] for k in keys]
     return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
 
 
