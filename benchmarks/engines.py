@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--replies", type=int, default=4)
     args = parser.parse_args()
     vllm_python = ROOT / ".venv-vllm/bin/python"
+    if not vllm_python.exists():  # before the in-process half, not after it
+        sys.exit(f"{vllm_python}: no vLLM environment; create it with `make vllm-env`")
     os.chdir(args.repo)
 
     from mascot.config import LLMEndpoint, load_params

@@ -131,6 +131,8 @@ def headline(fig: dict, g: Granularity = REPLY) -> dict:
         f = fig[name]
         out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
         out.update({f"{name}.{d}": v for d, v in f["by_dimension"].items()})
+        for d, ci in (f.get("by_dimension_ci") or {}).items():
+            out.update({f"{name}.{d}_ci_low": ci["ci_low"], f"{name}.{d}_ci_high": ci["ci_high"]})
     for key in ("mean_dimension_correlation", "first_component_share", "length_spearman", "mean_choice_mass",
                 "parse_failure_rate", "unscored"):
         if key in fig:
