@@ -39,18 +39,19 @@ def select_pairs(params, n_train: int, n_eval: int) -> tuple[list[dict], list[di
 
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
-    from mascot.reward.prompt import pair_sides, render, reward_input_ids
+    from mascot.granularity import REPLY
+    from mascot.reward.prompt import reward_input_ids
 
     p = params.train_rm
     tokenizer = AutoTokenizer.from_pretrained(p.base_model)
     personas = load_personas(params.prepare.personas_file)
     chosen = []
     for pair in load_jsonl(REPO / "data/pairs.jsonl"):
-        persona, ctx, c, r = pair_sides(pair, personas)
-        ids = [reward_input_ids(tokenizer, persona, ctx, side, p.max_length) for side in (c, r)]
+        persona, ctx, c, r = REPLY.pair_sides(pair, personas)
+        ids = [reward_input_ids(tokenizer, REPLY, persona, ctx, side, p.max_length) for side in (c, r)]
         if any(cut for _, cut in ids):
             continue
-        chosen.append({**pair, "chosen_text": render(persona, ctx, c), "rejected_text": render(persona, ctx, r),
+        chosen.append({**pair, "chosen_text": REPLY.reward_text(persona, ctx, c), "rejected_text": REPLY.reward_text(persona, ctx, r),
                        "tokens": len(ids[0][0]) + len(ids[1][0])})
         if len(chosen) == n_train + n_eval:
             break

@@ -57,6 +57,19 @@ def read_jsonl(path: str | Path, bad: BadRows | None = None) -> Iterator[tuple[i
             yield lineno, record
 
 
+def read_yaml(path: str | Path, what: str, error: type[Exception] = InputError):
+    """A YAML file's contents; a missing file or bad YAML raises `error` naming the file (and `what` it is)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: not valid YAML: {exc}") from None
+
+
 def load_jsonl(path: str | Path) -> list[dict]:
     return [record for _, record in read_jsonl(path)]
 

@@ -19,8 +19,6 @@ from mascot.config import ScoreParams
 from mascot.granularity import REPLY, Granularity
 from mascot.stats import correlation_matrix, first_component_share, mean_with_ci, pairwise_wins, spearman
 
-COMPARISONS = list(REPLY.judge_comparisons)  # (figure, better variant, worse variant, item kind)
-GATED = REPLY.gated
 
 
 def _by_item(candidates: list[dict], scores: list[dict]) -> dict[str, dict[str, dict]]:

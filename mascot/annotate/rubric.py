@@ -18,10 +18,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import Annotated
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mascot.data.personas import Persona
+from mascot.io import read_yaml
 from mascot.llm.backend import Prompt
 
 SCORE_CHOICES = ["1", "2", "3", "4", "5"]
@@ -178,12 +178,7 @@ def load_rubric(path: str | Path) -> Rubric:
     path = Path(path)
     if not path.is_absolute() and not path.exists() and (PROJECT / path).exists():
         path = PROJECT / path  # a shipped rubric, from a test's or a tool's own working directory
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RubricError(f"{path}: rubric file not found (score.rubric / score_group.rubric name it)") from None
-    except yaml.YAMLError as exc:
-        raise RubricError(f"{path}: not valid YAML: {exc}") from None
+    raw = read_yaml(path, "rubric file (score.rubric / score_group.rubric name it)", RubricError)
     if not isinstance(raw, dict):
         raise RubricError(f"{path}: a rubric is a mapping (name, unit, intro, dimensions, strictness, anchors)")
     try:

@@ -198,10 +198,6 @@ def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "metric
     return json.loads(path.read_text())["chosen_prompt_style"]
 
 
-def episode_units(episodes: list[dict], queries: dict[str, dict], personas: dict[str, Persona]) -> list[dict]:
-    return BLOCK.judge_units(episodes, queries, personas)
-
-
 def _run(params, units: list[dict], granularity: Granularity, journal_name: str, out: str, metrics: str,
          queries: dict[str, dict]) -> dict:
     """Score the units of `granularity` on the rubric its params block names."""

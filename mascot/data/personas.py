@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mascot.io import InputError
+from mascot.io import InputError, read_yaml
 
 
 class ExampleExchange(BaseModel):
@@ -33,12 +32,7 @@ class Persona(BaseModel):
 
 def load_personas(path: str | Path) -> dict[str, Persona]:
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: personas file not found") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from None
+    raw = read_yaml(path, "personas file")
     entries = raw.get("personas") if isinstance(raw, dict) else None
     if not isinstance(entries, list) or not entries:
         raise InputError(f"{path}: expected a top-level key 'personas' holding a non-empty list")

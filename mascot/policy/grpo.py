@@ -193,7 +193,7 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
 
             watched = watch.result()
             watching.write_csv(watch.checks, watch_plot)
-            metrics.update({k: v for k, v in watching.flat_metrics(watched).items()},
+            metrics.update(watching.flat_metrics(watched),
                            watch_stopped_early=watched["stopped_early"], watch_stopped_at_step=watched["stopped_at_step"],
                            watch_kept_step=watched["kept_step"])
             write_json(Path(watch_plot).with_name("watch_checks.json"), {"verdict": watched, "checks": watch.checks})

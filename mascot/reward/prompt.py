@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mascot.granularity import CUT_MARK, GRANULARITIES, REPLY, Granularity
-
-TEMPLATE_HASH = REPLY.template_hash
-
+from mascot.granularity import CUT_MARK, Granularity
 
 def reward_input_ids(tokenizer, granularity: Granularity, persona: dict | None, context: list[dict], side,
                      max_length: int) -> tuple[list[int], bool]:
@@ -57,6 +54,3 @@ def cut_to_fit(tokenizer, text_of: Callable[[list[dict]], str], context: list[di
                          f"(train_rm or train_group_rm) above {len(ids)} (the {unit} is never cut)")
     return ids, True
 
-
-def template_hash(granularity: str) -> str:
-    return GRANULARITIES[granularity].template_hash
