@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,team]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	$(BIN)/python -m pip install --quiet --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 	touch $@
 
@@ -39,9 +39,13 @@ $(VLLM_VENV)/.installed: requirements-vllm.txt
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 
-# PostgreSQL for the team stack (`mascot stack up`): Debian's package, installed when missing and we are root
-# (CI, a fresh machine); otherwise the stack test says how to install it and is skipped.
-stack-deps:
+# The team stack (`mascot stack up`): the `team` extra (MLflow's auth app, PostgreSQL's driver, S3 client,
+# SeaweedFS), which `make repro` does not need, and PostgreSQL: Debian's package, installed when missing and we
+# are root (CI, a fresh machine); otherwise the stack test says how to install it and is skipped.
+stack-deps: $(VENV)/.team-installed
+$(VENV)/.team-installed: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,team]'
+	touch $@
 	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "installing Debian's postgresql for the team stack"; \

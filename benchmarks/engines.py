@@ -1,5 +1,6 @@
-"""An engine for in-process inference, chosen by measurement: transformers (the stages' in-process backend)
-against the vLLM CPU build (`.venv-vllm`, the project's own `mascot serve`), side by side on the same prompts,
+"""An engine for in-process inference, chosen by measurement: transformers in fp32 (the stages' in-process backend
+as it was), transformers in bf16, and the vLLM CPU build (`.venv-vllm`, the project's own `mascot serve`), side by
+side on the same prompts,
 for the speaker's generation (tokens per second) and for the judge's expected mode (judge_check's reference
 set: seconds per item and the figures themselves, with their intervals).
 
@@ -7,6 +8,7 @@ The rule (docs/performance.md): adopt an engine only if it is at least 2x faster
 figures within each other's intervals.
 
     python benchmarks/engines.py --repo <a tree after `dvc repro judge_check`> [--queries 8] [--replies 4]
+        [--engines fp32,bf16,vllm]
 """
 from __future__ import annotations
 
@@ -66,28 +68,44 @@ def main() -> None:
     parser.add_argument("--repo", default=str(ROOT))
     parser.add_argument("--queries", type=int, default=8)
     parser.add_argument("--replies", type=int, default=4)
+    parser.add_argument("--engines", default="fp32,bf16,vllm", help="fp32 first: the others are compared with it")
     args = parser.parse_args()
+    engines = args.engines.split(",")
+    if engines[0] != "fp32" or not set(engines) <= {"fp32", "bf16", "vllm"}:
+        sys.exit(f"--engines {args.engines}: fp32 first, then any of bf16, vllm")
     vllm_python = ROOT / ".venv-vllm/bin/python"
-    if not vllm_python.exists():  # before the in-process half, not after it
+    if "vllm" in engines and not vllm_python.exists():  # before the in-process half, not after it
         sys.exit(f"{vllm_python}: no vLLM environment; create it with `make vllm-env`")
     os.chdir(args.repo)
 
-    from mascot.config import LLMEndpoint, load_params
+    from mascot.config import load_params
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
     from mascot.llm.local_backend import LocalBackend
-    from mascot.llm.openai_backend import OpenAIBackend
-    from mascot.llm.serve import ServeConfig, VLLMServer
 
     params = load_params("params.yaml")
     personas = load_personas(params.prepare.personas_file)
     queries = load_jsonl("data/queries.jsonl")[: args.queries]
     items = load_jsonl("data/judge_check/reference.jsonl")
-    model_dir = str(Path(params.llm.judge.model).resolve())
     results = {}
-    local = LocalBackend(params.llm.judge)
-    results["transformers fp32 (in-process)"] = measure(local, queries, personas, items, params, args.replies)
-    local.close()
+    for dtype in [e for e in engines if e != "vllm"]:
+        local = LocalBackend(params.llm.judge.model_copy(update={"dtype": DTYPES[dtype]}))
+        results[f"transformers {dtype} (in-process)"] = measure(local, queries, personas, items, params, args.replies)
+        local.close()
+    if "vllm" in engines:
+        results["vLLM CPU build (.venv-vllm)"] = measure_vllm(vllm_python, params, queries, personas, items, args.replies)
+    report(results, params, args, items)
+
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def measure_vllm(vllm_python, params, queries, personas, items, replies: int) -> dict:
+    from mascot.config import LLMEndpoint
+    from mascot.llm.openai_backend import OpenAIBackend
+    from mascot.llm.serve import ServeConfig, VLLMServer
+
+    model_dir = str(Path(params.llm.judge.model).resolve())
     port = free_port()
     server = VLLMServer(ServeConfig(model=model_dir, served_model_name=params.llm.judge.model, port=port,
                                     max_model_len=4096, python=str(vllm_python),
@@ -96,25 +114,37 @@ def main() -> None:
     try:
         remote = OpenAIBackend(LLMEndpoint(backend="openai", model=params.llm.judge.model, base_url=server.base_url,
                                            max_concurrency=64, send_seed=False))
-        results["vLLM CPU build (.venv-vllm)"] = measure(remote, queries, personas, items, params, args.replies)
+        return measure(remote, queries, personas, items, params, replies)
     finally:
         server.stop()
 
+
+def report(results: dict, params, args, items) -> None:
+    import torch
+
+    bf16_native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
     print(f"# engines, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, no GPU; model "
           f"{params.llm.judge.model}; generation: {args.queries} queries x {args.replies} replies, max_tokens "
-          f"{params.generate.max_tokens}; judge: judge_check's {len(items)} reference items, expected mode, plain")
+          f"{params.generate.max_tokens}; judge: judge_check's {len(items)} reference items, expected mode, plain; "
+          f"native bf16 on this CPU: {bf16_native}")
     print("| engine | generated tokens | tokens/s | judge s/item | human > off-topic | human > cold |\n"
           "| --- | ---: | ---: | ---: | --- | --- |")
     for name, r in results.items():
         print(f"| {name} | {r['tokens']} | {r['tokens_per_s']:.1f} | {r['judge_s_per_item']:.2f} | "
               f"{fmt(r['ref_gt_off_topic'])} | {fmt(r['ref_gt_cold'])} |")
-    base, other = results.values()
-    gen_x, judge_x = other["tokens_per_s"] / base["tokens_per_s"], base["judge_s_per_item"] / other["judge_s_per_item"]
-    same = within(base["ref_gt_off_topic"], other["ref_gt_off_topic"]) and within(base["ref_gt_cold"], other["ref_gt_cold"])
-    adopt = gen_x >= 2 and judge_x >= 2 and same
-    print(f"\nvLLM / transformers: generation {gen_x:.2f}x, judge {judge_x:.2f}x; figures within each other's "
-          f"intervals: {same}. Decision: {'adopt' if adopt else 'keep transformers in-process'} "
-          f"(the rule: at least 2x on both, figures within their intervals)")
+    names = list(results)
+    base = results[names[0]]
+    for name in names[1:]:
+        other = results[name]
+        gen_x = other["tokens_per_s"] / base["tokens_per_s"]
+        judge_x = base["judge_s_per_item"] / other["judge_s_per_item"]
+        same = (within(base["ref_gt_off_topic"], other["ref_gt_off_topic"])
+                and within(base["ref_gt_cold"], other["ref_gt_cold"]))
+        adopt = gen_x >= 2 and judge_x >= 2 and same
+        print(f"\n{name} / {names[0]}: generation {gen_x:.2f}x, judge {judge_x:.2f}x; figures within each other's "
+              f"intervals: {same}. {'adopt' if adopt else 'do not adopt'} (the rule: at least 2x on both, "
+              f"figures within their intervals)")
 
 
 if __name__ == "__main__":

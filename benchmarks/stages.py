@@ -7,6 +7,7 @@ ranks). Then `dvc repro` with nothing changed, three times (target <= 3 s).
 
     python benchmarks/stages.py                 # the embedded default (about an hour on 2 cores)
     python benchmarks/stages.py --profile tiny  # the tiny profile (minutes)
+    python benchmarks/stages.py --rev e950ef2   # the tree of a commit (its own code), for a before/after table
 """
 from __future__ import annotations
 
@@ -61,14 +62,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default=None, help="apply profiles/NAME.yaml first (default: none)")
     parser.add_argument("--workdir", default=None, help="where to make the copy (default: a new temporary folder)")
+    parser.add_argument("--rev", default=None, help="run this commit's tree and code instead of the working tree's")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mascot-stages-")) / "repo"
     work.mkdir(parents=True)
     from mascot.io import fresh_pipeline_copy
 
+    source = ROOT
+    if args.rev:
+        source = work.parent / "source"
+        subprocess.run(f"git clone -q {ROOT} {source} && git -C {source} checkout -q {args.rev}", shell=True,
+                       check=True)
     stats = work.parent / "stage_stats.jsonl"
-    env = fresh_pipeline_copy(ROOT, work, MASCOT_STAGE_STATS=str(stats))
+    env = fresh_pipeline_copy(source, work, MASCOT_STAGE_STATS=str(stats))  # the copy's own code runs
     label = f"profile {args.profile}" if args.profile else "the embedded default"
+    if args.rev:
+        label += f" at {args.rev}"
     if args.profile:
         _, out, rc = run(f"mascot profile {args.profile}", work, env)
         if rc:

@@ -83,7 +83,8 @@ class LLMEndpoint(Block):
     # openai: send each request's seed when sampling (reproducible replies); auto: yes, unless the server says
     # it is vLLM's CPU build, whose engine died on concurrent seeded sampling (its /version ends in +cpu)
     send_seed: bool | Literal["auto"] = "auto"
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    # local backend: auto = bf16 where the hardware computes it natively, else fp32 (mascot/precision.py)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # extra variables for the chat template, e.g. {enable_thinking: false} for Qwen3 (a reasoning model would
     # otherwise spend its token budget inside <think>...</think>); sent as vLLM's chat_template_kwargs
     chat_template_kwargs: dict[str, Any] = {}

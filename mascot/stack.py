@@ -252,7 +252,7 @@ def bin_path(tool: str) -> str:
     here = Path(sys.executable).parent / tool
     found = str(here) if here.exists() else shutil.which(tool)
     if not found:
-        raise StackError(f"`{tool}` was not found; install the team extra: pip install -e '.[team]'")
+        raise StackError(f"`{tool}` was not found; install the team extra: make stack-deps (or pip install -e '.[team]')")
     return found
 
 

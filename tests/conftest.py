@@ -48,7 +48,8 @@ def tiny_backend(tiny_model_dir):
     from mascot.config import LLMEndpoint
     from mascot.llm.local_backend import LocalBackend
 
-    return LocalBackend(LLMEndpoint(model=str(tiny_model_dir), batch_size=8))
+    # fp32: the tests of our own logic compare paths exactly; the bf16 path has its own test (test_llm_local.py)
+    return LocalBackend(LLMEndpoint(model=str(tiny_model_dir), batch_size=8, dtype="float32"))
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from mascot.annotate.director import DirectiveError, block_messages, parse_directive
-from mascot.annotate.episodes import (Branch, LLMDirector, Sampling, ScriptedDirector, episode_metrics,
-                                      generate_episodes, roll_forward)
+from mascot.annotate.episodes import (Branch, DirectorPerBranch, LLMDirector, Sampling, ScriptedDirector,
+                                      episode_metrics, generate_episodes, roll_forward)
 from mascot.annotate.rubric import COLLECTIVE, PERSONA
 from mascot.config import EpisodesParams, PairsParams
 from mascot.granularity import BLOCK
@@ -109,6 +109,24 @@ def test_scripted_orders(personas):
     assert AGENTS.index(second) == (AGENTS.index(first) + 1) % 4
     with pytest.raises(ValueError, match="unknown speaking order"):
         ScriptedDirector(personas, "alphabetical")
+
+
+def test_one_rollout_of_several_directors_asks_each_only_for_its_own_branches(tiny_backend, personas):
+    class Recording(ScriptedDirector):
+        def propose(self, branches, n=1):
+            self.asked = getattr(self, "asked", []) + [b.query_id for b in branches]
+            return super().propose(branches, n)
+
+    rr, rnd = Recording(personas, "round_robin"), Recording(personas, "random", 3)
+    ours = [Branch(f"q{i}", 0, [{"role": "user", "content": "hi"}]) for i in range(4)]
+    alone = [Branch(f"q{i}", 0, [{"role": "user", "content": "hi"}]) for i in (0, 2)]
+    director_of = {id(b): rr if i % 2 == 0 else rnd for i, b in enumerate(ours)}
+    roll_forward(ours, 2, DirectorPerBranch(director_of), tiny_backend, personas, Sampling(0.0, 1.0, 4, 0))
+    assert rr.asked == ["q0", "q2"] * 2 and rnd.asked == ["q1", "q3"] * 2
+    roll_forward(alone, 2, ScriptedDirector(personas, "round_robin"), tiny_backend, personas, Sampling(0.0, 1.0, 4, 0))
+    # greedy: the same speakers, in the same order, as a rollout of that director alone
+    assert [[t["speaker"] for t in b.turns] for b in ours[::2]] == [[t["speaker"] for t in b.turns] for b in alone]
+    assert [[t["text"] for t in b.turns] for b in ours[::2]] == [[t["text"] for t in b.turns] for b in alone]
 
 
 def test_the_collective_rubric_is_data_on_the_same_prompt_code():

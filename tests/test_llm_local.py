@@ -72,6 +72,26 @@ def test_two_level_prefix_reuse_matches_plain_forward(tiny_backend):
             assert a.probs[c] == pytest.approx(b.probs[c], rel=1e-4)
 
 
+def test_the_bf16_judge_path_agrees_with_fp32_within_bf16_rounding(tiny_backend, tiny_model_dir):
+    """The stages compute in bf16 where the CPU is native (mascot/precision.py): the same prefix reuse, in bf16,
+    gives the fp32 distributions to within bf16's rounding."""
+    import torch
+
+    from mascot.config import LLMEndpoint
+    from mascot.llm.local_backend import LocalBackend
+
+    bf16 = LocalBackend(LLMEndpoint(model=str(tiny_model_dir), batch_size=8, dtype="bfloat16"))
+    assert next(bf16.model.parameters()).dtype == torch.bfloat16
+    head = "A long shared rubric head that every judge prompt starts with. " * 6
+    prompts = [f"{head}Reply: {reply}\nRatings:\n{dim}: " for reply in ("yes indeed", "no, never")
+               for dim in ("empathy", "relevance")]
+    for a, b in zip(bf16.choice_distribution(prompts, SCORE_CHOICES),
+                    tiny_backend.choice_distribution(prompts, SCORE_CHOICES)):
+        assert a.mass == pytest.approx(b.mass, abs=0.02)
+        expected = [sum(int(c) * d.probs[c] for c in SCORE_CHOICES) for d in (a, b)]
+        assert expected[0] == pytest.approx(expected[1], abs=0.05)
+
+
 def test_shared_prefill_of_n_samples_matches_separate_prefill(tiny_backend):
     chat = [{"role": "system", "content": "You are kind and brief."}, {"role": "user", "content": "I lost my job."}]
     reqs = [SampleRequest(chat, n=3, temperature=0.0, max_tokens=6), SampleRequest("Person: hi\nX:", n=2,
@@ -145,3 +165,14 @@ def test_a_recorded_batch_seed_and_members_regenerate_the_text(tiny_backend):
     assert alone[0][0].seed_scope["batch_members"] == [101, 101] and alone[0][0].seed_scope["batch_seed"] == 101
     greedy = tiny_backend.sample([SampleRequest("Person: hi\nThe Anchor:", temperature=0.0, max_tokens=4)])
     assert greedy[0][0].seed_scope == {"scope": "greedy"}
+
+
+def test_a_speaker_and_a_judge_on_one_model_share_one_copy(tiny_model_dir):
+    from mascot.config import LLMEndpoint
+    from mascot.llm.local_backend import LocalBackend
+
+    speaker = LocalBackend(LLMEndpoint(model=str(tiny_model_dir), batch_size=64, dtype="float32"))
+    judge = LocalBackend(LLMEndpoint(model=str(tiny_model_dir), batch_size=10, dtype="float32"))
+    other = LocalBackend(LLMEndpoint(model=str(tiny_model_dir), batch_size=10, dtype="bfloat16"))
+    assert speaker.model is judge.model and other.model is not speaker.model
+    assert (speaker.batch_size, judge.batch_size) == (64, 10)  # each keeps its own settings

@@ -41,6 +41,15 @@ def test_distinct_2_falls_with_repetition():
     assert distinct_2("one two three four") == 1.0 and distinct_2("a b a b a b") == 0.4 and distinct_2("word") == 1.0
 
 
+@pytest.fixture(autouse=True)
+def fp32_watch(monkeypatch):
+    """These tests check the watch's logic on a tiny random policy whose greedy lengths sit at the cap: they pin
+    fp32 so that a bf16 rounding of its near-tied logits cannot decide what the test measures."""
+    import mascot.precision
+
+    monkeypatch.setattr(mascot.precision, "native_bf16", lambda: False)
+
+
 def length_paying_setup(tiny_model_dir, tmp_path, **watch):
     """A deliberately hackable reward (it pays for the first line's length) and a judge that wants concise
     replies: GRPO makes the replies longer, and the watch sees the reward rise while the judge falls."""
@@ -127,3 +136,21 @@ def test_an_answer_without_a_reward_model_score_is_left_out_of_the_change():
     assert first["reward_model"][-1] is None and first["mean_reward_model"] == 0.0
     result = verdict([first, last], 0.05)
     assert result["change"]["reward_model"]["n"] == 11 and result["change"]["judge"]["n"] == 12
+
+
+def test_the_watch_judges_each_distinct_answer_once_and_nothing_at_the_floor():
+    from mascot.policy.watch import JudgeMemo
+
+    asked = []
+
+    def score_units(units):
+        asked.extend(u["item"] for u in units)
+        return [{"status": "unscored" if u["item"] == "broken" else "scored", "total_reward": len(u["item"])}
+                for u in units]
+
+    memo = JudgeMemo(score_units, floor=1.0)
+    units = [{"item": "hello", "skip": None}, {"item": "", "skip": "empty reply"}, {"item": "hello", "skip": None},
+             {"item": "broken", "skip": None}]
+    assert memo(units) == [5, 1.0, 5, None]
+    assert memo([{"item": "hello", "skip": None}, {"item": "hi there", "skip": None}]) == [5, 8]
+    assert asked == ["hello", "broken", "hi there"]  # a repeat, within a check or across checks, is not asked again

@@ -139,6 +139,25 @@ class ScriptedDirector:
         return out
 
 
+class DirectorPerBranch:
+    """Several directors in one rollout, each proposing for its own branches: the speakers' turns of every
+    director's branches then decode in one batch (evaluate_group rolls its conditions forward together)."""
+
+    def __init__(self, director_of: dict[int, object]):  # id(branch) -> its director
+        self.director_of = director_of
+
+    def propose(self, branches: list[Branch], n: int = 1) -> list[list[str]]:
+        out: list[list[str] | None] = [None] * len(branches)
+        groups: dict[int, tuple[object, list[int]]] = {}
+        for i, b in enumerate(branches):
+            director = self.director_of[id(b)]
+            groups.setdefault(id(director), (director, []))[1].append(i)
+        for director, rows in groups.values():
+            for i, group in zip(rows, director.propose([branches[i] for i in rows], n)):
+                out[i] = group
+        return out
+
+
 def _turn(role: str, speaker: str | None, c: Completion, names: list[str], **extra) -> dict:
     return {"role": role, "speaker": speaker, **extra, "text": clean_turn(c.text, names),
             "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,

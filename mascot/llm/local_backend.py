@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import json
+import sys
+import weakref
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -31,12 +34,24 @@ class TokenCounts:
         return replace(self)
 
 
+# (model folder, dtype) -> the model loaded from it: a speaker and a judge on one model share one copy (held
+# weakly: it goes when the last backend using it does)
+_LOADED: "weakref.WeakValueDictionary[tuple[str, str], torch.nn.Module]" = weakref.WeakValueDictionary()
+
+
 class LocalBackend:
     def __init__(self, endpoint):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from mascot.precision import compute_dtype, dtype_name
+
         tokenizer = AutoTokenizer.from_pretrained(endpoint.model)
-        model = AutoModelForCausalLM.from_pretrained(endpoint.model, dtype=getattr(torch, endpoint.dtype))
+        dtype = compute_dtype(endpoint.dtype)
+        key = (str(Path(endpoint.model).resolve()), dtype_name(dtype))
+        model = _LOADED.get(key)
+        if model is None:
+            print(f"llm: {endpoint.model} in-process in {dtype_name(dtype)} (dtype: {endpoint.dtype})", file=sys.stderr)
+            model = _LOADED[key] = AutoModelForCausalLM.from_pretrained(endpoint.model, dtype=dtype)
         self._setup(model, tokenizer, endpoint.model, endpoint.batch_size, endpoint.chat_template_kwargs)
 
     @classmethod

@@ -94,10 +94,10 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
     scored by the group reward model and by the judge on the collective rubric (a directive that does not parse
     leaves no block: the judge's floor, and no reward-model score)."""
     from mascot.annotate.director import roster
+    from mascot.annotate.rubric import SCORE_CHOICES
     from mascot.annotate.score import resolve_prompt_style, score_units
     from mascot.granularity import BLOCK
-    from mascot.policy.grpo import judge_total
-    from mascot.policy.watch import Watch, greedy_answers
+    from mascot.policy.watch import JudgeMemo, Watch, greedy_answers
     from mascot.splits import held_out
     from mascot.transcript import turn_messages
 
@@ -105,8 +105,8 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
     probes = held_out(list(queries.values()), params.heldout, w.probe_queries)
     prompts = [director_prompt(personas, q["context"], [], p.prompt_style, prefill=False)[0] for q in probes]
     style, team, rubric = resolve_prompt_style(params.score), roster(personas), BLOCK.rubric(params)
-
-    judged: dict[str, float | None] = {}  # judge item -> total: the judge is deterministic
+    judged = JudgeMemo(lambda units: score_units(units, rubric, params.score, judge, prompt_style=style),
+                       float(SCORE_CHOICES[0]))
 
     def answer(model, tokenizer):
         raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length)
@@ -121,10 +121,7 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
         units = [{"id": f"{b.query_id}|watch", "item": BLOCK.judge_item(team, b.context, turn_messages(b.turns)),
                   "fields": {"episode_id": f"{b.query_id}|watch", "query_id": b.query_id, "prefix_id": b.query_id,
                              "branch": 0}, "skip": None if b.valid else "empty block"} for b in branches]
-        new = [u for u in units if u["item"] not in judged]  # a block unchanged since a check: its score
-        scores = score_units(new, rubric, params.score, judge, prompt_style=style) if new else []
-        judged.update({u["item"]: judge_total(s) for u, s in zip(new, scores)})
-        return directives, [rm_valid.get(i) for i in range(len(branches))], [judged[u["item"]] for u in units]
+        return directives, [rm_valid.get(i) for i in range(len(branches))], judged(units)
     return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
 
 

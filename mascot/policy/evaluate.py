@@ -63,12 +63,14 @@ def load_policy(base_model: str, adapter_dir: str | None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_model)
+    from mascot.precision import compute_dtype
+
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     if adapter_dir:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
-    return model, tokenizer
+    return model.to(compute_dtype()), tokenizer  # merged in fp32, then cast: one rounding
 
 
 def main(params, queries_path: str = "data/queries.jsonl",

@@ -6,7 +6,8 @@ one conversation per query under each condition:
 - random: a random speaking order with a generic directive (the method's ablation);
 - round_robin: a fixed order with a generic directive.
 
-The speakers, their sampling seeds and the judge are the same in every condition; only the Director
+The speakers and the judge are the same in every condition, and every condition's conversations roll
+forward together (each turn's replies decode in one batch, from one seeded stream); only the Director
 differs. Each conversation gets the collective rubric (its block of agent turns), the per-reply persona
 rubric averaged over its turns, and the group reward model's score; per-speaker usage is counted. One
 MLflow run per condition (comparable in `mlflow ui`), and a DVC metrics file.
@@ -17,7 +18,8 @@ from collections import Counter
 from statistics import fmean
 
 from mascot.annotate.director import block_messages
-from mascot.annotate.episodes import Branch, LLMDirector, Sampling, ScriptedDirector, episode_record, roll_forward
+from mascot.annotate.episodes import (Branch, DirectorPerBranch, LLMDirector, Sampling, ScriptedDirector, episode_record,
+                                      roll_forward)
 from mascot.annotate.rubric import SCORE_CHOICES
 from mascot.granularity import BLOCK, REPLY
 from mascot.annotate.score import score_units
@@ -129,22 +131,26 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     director_version = json.loads((Path(director_dir) / "registered.json").read_text())
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
     git = {**registry.git_state(), **registry.dvc_experiment_tags()}
-    results, records_all, totals = {}, [], {}
+    directors, branches = {}, {}
     for condition in p.conditions:
         if condition in ("trained", "base"):
             model, tokenizer = load_policy(d.base_model, director_dir if condition == "trained" else None)
-            director = LLMDirector(LocalBackend.from_model(model, tokenizer, f"{d.base_model}+{condition}",
-                                                           params.llm.speaker.batch_size),
-                                   personas, d.prompt_style, Sampling(p.director_temperature, 1.0,
-                                                                      d.max_completion_length, p.seed),
-                                   constrained=p.constrain_directives, prefill=False)  # as train_director trained it
+            directors[condition] = LLMDirector(
+                LocalBackend.from_model(model, tokenizer, f"{d.base_model}+{condition}", params.llm.speaker.batch_size),
+                personas, d.prompt_style, Sampling(p.director_temperature, 1.0, d.max_completion_length, p.seed),
+                constrained=p.constrain_directives, prefill=False)  # as train_director trained it
         else:
-            director = ScriptedDirector(personas, condition, p.seed)
-        branches = [Branch(q["query_id"], 0, q["context"]) for q in queries]
-        roll_forward(branches, p.agent_turns, director, speaker, personas, sampling, p.user_turns)
-        records = [episode_record(b, by_q[b.query_id].get("source"), {"director": director.name,
+            directors[condition] = ScriptedDirector(personas, condition, p.seed)
+        branches[condition] = [Branch(q["query_id"], 0, q["context"]) for q in queries]
+    # every condition's conversations in one rollout: each turn's speaker replies decode in one batch
+    roll_forward([b for c in p.conditions for b in branches[c]], p.agent_turns,
+                 DirectorPerBranch({id(b): directors[c] for c in p.conditions for b in branches[c]}),
+                 speaker, personas, sampling, p.user_turns)
+    results, records_all, totals = {}, [], {}
+    for condition in p.conditions:
+        records = [episode_record(b, by_q[b.query_id].get("source"), {"director": directors[condition].name,
                                                                        "speaker": speaker.model_name},
-                                  sampling.__dict__) for b in branches]
+                                  sampling.__dict__) for b in branches[condition]]
         group_scores = score_units(BLOCK.judge_units(records, by_q, personas), BLOCK.rubric(params), params.score, judge,
                                    prompt_style=style)
         turn_scores = score_units(turn_units(records, by_q, personas), REPLY.rubric(params), params.score, judge,

@@ -32,6 +32,7 @@ def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params:
 def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int, reward_weights: list[float],
                 on_gpu: bool):
     """TRL's GRPOConfig from the block, with its trainer_args on top."""
+    from mascot.precision import native_bf16
     from mascot.trainer_args import build_config
 
     return build_config("grpo", dict(
@@ -40,14 +41,14 @@ def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int,
         max_steps=params.max_steps, beta=params.beta, learning_rate=params.learning_rate,
         temperature=params.temperature, reward_weights=list(reward_weights),
         logging_steps=1, save_strategy="no", seed=params.seed, use_cpu=not on_gpu,
-        bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
+        bf16=native_bf16(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
         dataloader_num_workers=0, disable_dropout=True, ddp_find_unused_parameters=False), params.trainer_args)
 
 
-def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
-                 out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None) -> dict:
-    """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
-    the columns the reward functions read; `watch` (mascot/policy/watch.py) checks the policy as it trains."""
+def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
+                  checkpoint_dir: Path, callbacks: list | None = None):
+    """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
+    benchmarks/grpo_step.py times it)."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -71,10 +72,16 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
     config = grpo_config(params, checkpoint_dir, per_step // world_size(), reward_weights, on_gpu)
     lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
-                          reward_funcs=reward_funcs,
-                          train_dataset=Dataset.from_list(rows), peft_config=lora,
-                          callbacks=[watch.callback()] if watch is not None else None)
+    return GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=reward_funcs,
+                       train_dataset=Dataset.from_list(rows), peft_config=lora, callbacks=callbacks), tokenizer
+
+
+def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
+                 out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None) -> dict:
+    """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
+    the columns the reward functions read; `watch` (mascot/policy/watch.py) checks the policy as it trains."""
+    trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir,
+                                       [watch.callback()] if watch is not None else None)
     result = trainer.train()
     from mascot.launch import rank_tag
 
@@ -151,8 +158,6 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
     """One GRPO stage, speaker or Director: an MLflow run (params, metrics, the adapter, its input files as
     datasets), a registered version marked complete only at the end, the curves as CSV for `dvc plots`, and,
     with a `watch`, its checks (plot, verdict) and the `champion` alias given or refused by the verdict."""
-    import csv
-
     import mlflow
 
     from mascot import registry
@@ -189,18 +194,8 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
                    **health_signals(history), **(extra_metrics(history) if extra_metrics else {})}
         watched = None
         if watch is not None:
-            from mascot.policy import watch as watching
-
-            watched = watch.result()
-            watching.write_csv(watch.checks, watch_plot)
-            metrics.update(watching.flat_metrics(watched),
-                           watch_stopped_early=watched["stopped_early"], watch_stopped_at_step=watched["stopped_at_step"],
-                           watch_kept_step=watched["kept_step"])
-            write_json(Path(watch_plot).with_name("watch_checks.json"), {"verdict": watched, "checks": watch.checks})
-            watching.plot_png(watch.checks, watched, Path(watch_plot).with_suffix(".png"), f"{stage} watch")
-            mlflow.log_artifact(str(Path(watch_plot).with_name("watch_checks.json")))
-            mlflow.log_artifact(str(Path(watch_plot).with_suffix(".png")))
-            mlflow.set_tags({"watch_verdict": watched["verdict"]})
+            watched, watch_metrics = watch.report(stage, watch_plot)
+            metrics.update(watch_metrics)
         write_json(metrics_path, metrics)
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                             and v is not None and k.startswith(("watch_", "mean_", "steps_without"))})
@@ -211,12 +206,7 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
                         **({k: v for k, v in metrics.items() if k.startswith("watch_") and v is not None}
                            if watched else {})}
         version = registry.register_version(p.registered_model, run.info.run_id, "policy", version_tags, description)
-    for path, keys in plot_series.items():
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows({k: h.get(k) for k in keys} for h in history)
+    write_curves(history, plot_series)
     write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
                                                     "run_id": version.run_id})
     registry.mark_complete(version.name, version.version)
@@ -224,6 +214,18 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
         metrics["champion"] = policy_alias(version, watched, p.watch, stage)
         write_json(metrics_path, metrics)
     return metrics, version
+
+
+def write_curves(history: list[dict], series: dict[str, list[str]]) -> None:
+    """TRL's log history as CSV files for `dvc plots`: each file its columns, one row a step."""
+    import csv
+
+    for path, keys in series.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows({k: h.get(k) for k in keys} for h in history)
 
 
 def policy_alias(version, watched: dict, w, stage: str) -> bool:
@@ -249,10 +251,11 @@ def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dic
     """The watch of a speaker policy: held-out queries (the evaluation's rule), each under `probe_personas`
     personas in turn, answered greedily, scored by the reward model, the judge (persona rubric; an empty reply
     at the rubric's floor) and by length and repetition."""
-    from mascot.annotate.score import resolve_prompt_style, score_candidates
-    from mascot.granularity import persona_fields
+    from mascot.annotate.rubric import SCORE_CHOICES
+    from mascot.annotate.score import resolve_prompt_style, score_units
+    from mascot.granularity import REPLY, persona_fields
     from mascot.policy.rewards import first_line
-    from mascot.policy.watch import Watch, greedy_answers
+    from mascot.policy.watch import JudgeMemo, Watch, greedy_answers
     from mascot.splits import held_out
 
     w, names = p.watch, list(personas)
@@ -260,32 +263,19 @@ def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dic
               for i, q in enumerate(held_out(list(queries.values()), params.heldout, w.probe_queries))
               for j in range(min(w.probe_personas, len(names)))]
     prompts = [speaker_prompt(persona, q["context"], p.prompt_style)[0] for q, persona in probes]
-    style = resolve_prompt_style(params.score)
-
-    judged: dict[tuple, float | None] = {}  # (probe, answer) -> judge total: the judge is deterministic
+    style, by_id, rubric = resolve_prompt_style(params.score), {q["query_id"]: q for q, _ in probes}, REPLY.rubric(params)
+    judged = JudgeMemo(lambda units: score_units(units, rubric, params.score, judge, prompt_style=style),
+                       float(SCORE_CHOICES[0]))
 
     def answer(model, tokenizer):
         raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length)
         # what the reward functions read: a chat reply whole, a transcript reply's first line
         answers = [r.strip() if isinstance(prompt, list) else first_line(r) for r, prompt in zip(raw, prompts)]
         rm = scorer.score([(persona_fields(persona), q["context"], a) for (q, persona), a in zip(probes, answers)])
-        keys = [(q["query_id"], persona.name, a) for (q, persona), a in zip(probes, answers)]
-        new = [i for i, k in enumerate(keys) if k not in judged]  # an answer unchanged since a check: its score
-        cands = [{"candidate_id": f"{keys[i][0]}|{keys[i][1]}|watch", "query_id": keys[i][0], "persona": keys[i][1],
-                  "text": keys[i][2]} for i in new]
-        scores = score_candidates(cands, {q["query_id"]: q for q, _ in probes}, personas, params.score, judge,
-                                  prompt_style=style) if cands else []
-        judged.update({keys[i]: judge_total(s) for i, s in zip(new, scores)})
-        return answers, rm, [judged[k] for k in keys]
+        cands = [{"candidate_id": f"{q['query_id']}|{persona.name}|watch", "query_id": q["query_id"],
+                  "persona": persona.name, "text": a} for (q, persona), a in zip(probes, answers)]
+        return answers, rm, judged(REPLY.judge_units(cands, by_id, personas))
     return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
-
-
-def judge_total(score: dict) -> float | None:
-    """A judged total; an answer with nothing to judge at the rubric's floor (a policy that learned to say
-    nothing is not let off); a judge that failed, None (left out of the paired change)."""
-    if score["status"] == "scored":
-        return score["total_reward"]
-    return 1.0 if score["unscored_reason"] in ("empty reply", "empty block") else None
 
 
 def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",

@@ -132,9 +132,11 @@ def plot_png(checks: list[dict], result: dict, path: str | Path, title: str) -> 
 
 
 def flat_metrics(result: dict) -> dict:
-    """The verdict as flat figures for metrics files, MLflow and version tags."""
+    """The verdict (and an early stop) as flat figures for metrics files, MLflow and version tags."""
     out = {"watch_verdict": result["verdict"], "watch_why": result.get("why"), "watch_checks": result["checks"],
-           "watch_n": result.get("n"), "watch_rm_judge_spearman": result.get("rm_judge_spearman")}
+           "watch_n": result.get("n"), "watch_rm_judge_spearman": result.get("rm_judge_spearman"),
+           "watch_stopped_early": result.get("stopped_early", False), "watch_stopped_at_step": result.get("stopped_at_step"),
+           "watch_kept_step": result.get("kept_step")}
     for fig, ch in (result.get("change") or {}).items():
         out.update({f"watch_{fig}_change": ch["mean"], f"watch_{fig}_change_ci_low": ch["ci_low"],
                     f"watch_{fig}_change_ci_high": ch["ci_high"]})
@@ -150,6 +152,22 @@ def log_check(row: dict) -> None:
                            step=row["step"])
     print(f"watch: step {row['step']}: reward model {row['mean_reward_model']}, judge {row['mean_judge']}, "
           f"words {row['mean_length']}, distinct-2 {row['mean_distinct_2']} ({len(row['answers'])} probes)", flush=True)
+
+
+class JudgeMemo:
+    """The watch's judge, each distinct unit once: an answer unchanged since the last check keeps its score (the
+    judge is deterministic in expected mode). A unit with nothing to judge (its `skip`: an empty reply, a directive
+    that left no block) is at the rubric's floor, so a policy that learned to say nothing is not let off; a judge
+    that failed gives None (left out of the paired change)."""
+
+    def __init__(self, score_units, floor: float):
+        self.score_units, self.floor, self.totals = score_units, floor, {}
+
+    def __call__(self, units: list[dict]) -> list[float | None]:
+        new = [u for item, u in {u["item"]: u for u in units if not u.get("skip")}.items() if item not in self.totals]
+        for unit, record in zip(new, self.score_units(new) if new else []):
+            self.totals[unit["item"]] = record["total_reward"] if record["status"] == "scored" else None
+        return [self.floor if u.get("skip") else self.totals[u["item"]] for u in units]
 
 
 class Watch:
@@ -225,6 +243,22 @@ class Watch:
         out["kept_step"] = self.best[1] if self.stopped_at is not None and self.best else None
         return out
 
+    def report(self, stage: str, csv_path: str | Path) -> tuple[dict, dict]:
+        """(the verdict, its flat metrics), after writing the checks (CSV for `dvc plots`, every probe answer as
+        JSON, a PNG) and logging them to the active MLflow run with the verdict as a tag."""
+        import mlflow
+
+        from mascot.io import write_json
+
+        result, csv_path = self.result(), Path(csv_path)
+        write_csv(self.checks, csv_path)
+        write_json(csv_path.with_name("watch_checks.json"), {"verdict": result, "checks": self.checks})
+        plot_png(self.checks, result, csv_path.with_suffix(".png"), f"{stage} watch")
+        mlflow.log_artifact(str(csv_path.with_name("watch_checks.json")))
+        mlflow.log_artifact(str(csv_path.with_suffix(".png")))
+        mlflow.set_tags({"watch_verdict": result["verdict"]})
+        return result, flat_metrics(result)
+
 
 def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int) -> list[str]:
     """The policy's greedy continuation of each prompt (text, or messages through the chat template)."""
@@ -239,7 +273,11 @@ def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int) -> list
     finally:
         tokenizer.padding_side = side
     enc = {k: v.to(model.device) for k, v in enc.items()}
+    from mascot.precision import native_bf16
+
     torch.manual_seed(0)
-    out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                         pad_token_id=tokenizer.pad_token_id)
+    # bf16 autocast where native, as the trainer computes the policy (mascot/precision.py)
+    with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=native_bf16()):
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
     return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)

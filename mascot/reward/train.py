@@ -95,6 +95,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     lora = LoraConfig(task_type="SEQ_CLS", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules),
                       modules_to_save=["score"])
+    from mascot.precision import native_bf16
     from mascot.trainer_args import build_config
 
     config = build_config("reward", dict(
@@ -103,7 +104,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
         learning_rate=params.learning_rate, num_train_epochs=params.epochs, max_length=None,
         eval_strategy="steps" if eval_rows else "no", eval_steps=params.eval_steps, save_steps=params.save_steps,
         save_total_limit=params.save_total_limit, logging_steps=1, seed=params.seed,
-        bf16=on_gpu and torch.cuda.is_bf16_supported(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,
+        bf16=native_bf16(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,  # bf16 autocast where native
         disable_dropout=False,  # keep the configured lora_dropout (TRL's default zeroes it)
         report_to=list(report_to), dataloader_num_workers=0, remove_unused_columns=True,
         ddp_find_unused_parameters=False), params.trainer_args)  # LoRA uses every weight: no extra DDP pass
@@ -132,7 +133,9 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
         "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
 
     lap("save_s")
-    scorer = RewardScorer(trainer.model, tokenizer, params.max_length, batch_size=params.batch_size, granularity=g)
+    # without the trainer's autocast wrapper: scored in fp32, as every later stage scores the saved adapter
+    model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+    scorer = RewardScorer(model, tokenizer, params.max_length, batch_size=params.batch_size, granularity=g)
     chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
     rejected = scorer.score_ids([r["rejected_ids"] for r in eval_rows])
     metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected).items()}

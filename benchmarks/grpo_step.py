@@ -1,0 +1,156 @@
+"""A GRPO step against the sum of its parts, side by side in one process.
+
+The stage's own trainer (`mascot/policy/grpo.py: build_trainer`, params.yaml's `grpo` block, the reward model in
+`models/reward`, no watch, no tracking) runs `--steps` steps with a timer on each of TRL's phases: generation
+(`_generate_single_turn`), reward scoring (`_calculate_rewards`), the policy's log-prob forward (`compute_loss`),
+the backward (the rest of `training_step`) and the optimizer step with the trainer's bookkeeping (the rest of the
+step). Then each part alone on the same prompt, in the same process: `generate` of `num_generations` completions
+of `max_completion_length` tokens, the reward model on them, and one forward and backward of the policy over them.
+A step near the sum of the parts alone has no work of its own to cut.
+
+    python benchmarks/grpo_step.py --repo <a tree after `dvc repro promote`> [--steps 6]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PHASES = ("generation", "reward scoring", "log-prob forward", "backward", "optimizer and bookkeeping")
+
+
+def timed(obj, name: str, log: dict, key: str) -> None:
+    inner = getattr(obj, name)
+
+    @functools.wraps(inner)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            log.setdefault(key, []).append(time.perf_counter() - start)
+    setattr(obj, name, wrapper)
+
+
+def train_timed(trainer, steps: int) -> list[dict]:
+    """Per step: its wall seconds and each phase's."""
+    from transformers import TrainerCallback
+
+    log: dict[str, list[float]] = {}
+    for name, key in (("_generate_single_turn", "generation"), ("_calculate_rewards", "reward scoring"),
+                      ("_generate_and_score_completions", "generate_and_score"), ("compute_loss", "loss"),
+                      ("training_step", "training_step")):
+        timed(trainer, name, log, key)
+    walls: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            walls.append(time.perf_counter() - self.start)
+    trainer.add_callback(StepTimer())
+    trainer.train()
+    rows = []
+    for i, wall in enumerate(walls):
+        gen, rew = log["generation"][i], log["reward scoring"][i]
+        rows.append({"step": wall, "generation": gen, "reward scoring": rew, "log-prob forward": log["loss"][i],
+                     "backward": log["training_step"][i] - log["generate_and_score"][i] - log["loss"][i],
+                     "optimizer and bookkeeping": wall - log["training_step"][i],
+                     "generate_and_score other": log["generate_and_score"][i] - gen - rew})
+    return rows
+
+
+def parts_alone(trainer, tokenizer, scorer, row: dict, personas, p, rounds: int) -> dict:
+    """Each part once more on its own: generate, reward-model scores, one forward and backward."""
+    import torch
+
+    from mascot.granularity import persona_fields
+    from mascot.policy.rewards import first_line
+
+    model = trainer.model
+    prompt = tokenizer(row["prompt"], return_tensors="pt")
+    out: dict[str, list[float]] = {"generation": [], "reward scoring": [], "forward and backward": []}
+    for _ in range(rounds):
+        start = time.perf_counter()
+        with torch.no_grad(), trainer.accelerator.autocast():
+            ids = model.generate(**prompt, do_sample=True, temperature=p.temperature, max_new_tokens=p.max_completion_length,
+                                 min_new_tokens=p.max_completion_length, num_return_sequences=p.num_generations,
+                                 pad_token_id=tokenizer.pad_token_id)
+        out["generation"].append(time.perf_counter() - start)
+        texts = tokenizer.batch_decode(ids[:, prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+        import json
+
+        start = time.perf_counter()
+        scorer.score([(persona_fields(personas[row["persona"]]), json.loads(row["context"]), first_line(t))
+                      for t in texts])
+        out["reward scoring"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        with trainer.accelerator.autocast():
+            logits = model(input_ids=ids).logits[:, prompt["input_ids"].shape[1] - 1:-1].float()
+            loss = -torch.log_softmax(logits, -1).gather(-1, ids[:, prompt["input_ids"].shape[1]:, None]).mean()
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        out["forward and backward"].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", default=str(ROOT))
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the parts alone (medians)")
+    args = parser.parse_args()
+    os.chdir(args.repo)
+    os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
+
+    from mascot.config import load_params
+    from mascot.data.personas import load_personas
+    from mascot.io import load_jsonl
+    from mascot.policy.grpo import build_trainer, grpo_prompts
+    from mascot.policy.rewards import make_format_reward, make_reward_model_reward
+    from mascot.precision import native_bf16
+    from mascot.reward.scorer import RewardScorer
+
+    params = load_params("params.yaml")
+    p = params.grpo.model_copy(update={"max_steps": args.steps})
+    personas = load_personas(params.prepare.personas_file)
+    queries = {q["query_id"]: q for q in load_jsonl("data/queries.jsonl")}
+    rows = grpo_prompts(queries, load_jsonl("data/pairs.jsonl"), personas, p)
+    scorer = RewardScorer.from_dir("models/reward")
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer, tokenizer = build_trainer(rows, [make_reward_model_reward(scorer, personas), make_format_reward()],
+                                           [p.reward_weight, p.format_weight], p, Path(tmp))
+        from transformers.integrations import MLflowCallback
+
+        trainer.remove_callback(MLflowCallback)  # no tracking: the stage's MLflow logging is not what is timed
+        steps = train_timed(trainer, args.steps)[1:]  # the first step warms up
+        alone = parts_alone(trainer, tokenizer, scorer, rows[0], personas, p, args.rounds)
+    med = {k: statistics.median(s[k] for s in steps) for k in steps[0]}
+    print(f"# GRPO step, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, no GPU; "
+          f"{p.base_model}, LoRA r={p.lora.r}, {p.num_generations} completions of up to {p.max_completion_length} "
+          f"tokens a step, bf16 autocast {native_bf16()}; medians of steps 2-{args.steps}")
+    print("| phase | seconds a step (median) | share |\n| --- | ---: | ---: |")
+    for k in (*PHASES, "generate_and_score other"):
+        print(f"| {k} | {med[k]:.2f} | {med[k] / med['step']:.0%} |")
+    print(f"| **step** | {med['step']:.2f} | |")
+    parts = sum(alone.values())
+    print("\n| part alone, same prompt (median) | seconds |\n| --- | ---: |")
+    for k, v in alone.items():
+        print(f"| {k} | {v:.2f} |")
+    print(f"| **sum of the parts** | {parts:.2f} |")
+    print(f"\nstep / sum of its parts alone: {med['step'] / parts:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

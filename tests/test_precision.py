@@ -1,0 +1,29 @@
+"""The compute dtype rule: bf16 only where the hardware computes it natively."""
+import pytest
+import torch
+
+from mascot import precision
+
+
+def test_auto_is_bf16_only_where_the_hardware_is_native(monkeypatch):
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    assert precision.compute_dtype("auto") is torch.bfloat16
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)
+    assert precision.compute_dtype("auto") is torch.float32
+    assert precision.compute_dtype("bfloat16") is torch.bfloat16  # a named dtype is obeyed
+    assert precision.compute_dtype("float32") is torch.float32
+
+
+def test_an_unknown_dtype_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="auto, float32 or bfloat16"):
+        precision.compute_dtype("float16")
+
+
+def test_the_endpoint_default_is_auto_and_the_choices_are_checked():
+    from pydantic import ValidationError
+
+    from mascot.config import LLMEndpoint
+
+    assert LLMEndpoint(model="m").dtype == "auto"
+    with pytest.raises(ValidationError, match="dtype"):
+        LLMEndpoint(model="m", dtype="half")
