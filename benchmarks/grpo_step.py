@@ -8,7 +8,11 @@ step). Then each part alone on the same prompt, in the same process: `generate` 
 of `max_completion_length` tokens, the reward model on them, and one forward and backward of the policy over them.
 A step near the sum of the parts alone has no work of its own to cut.
 
-    python benchmarks/grpo_step.py --repo <a tree after `dvc repro promote`> [--steps 6]
+The numerics side by side too (`--variants`): the policy's frozen base in fp32 without autocast, fp32 under bf16
+autocast (which casts every frozen weight at every op, decoding included), and a bf16 base under autocast with
+fp32 LoRA weights (the stages' choice where bf16 is native, mascot/precision.py).
+
+    python benchmarks/grpo_step.py --repo <a tree after `dvc repro promote`> [--steps 6] [--variants fp32,autocast,bf16]
 """
 from __future__ import annotations
 
@@ -26,6 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+VARIANTS = {"fp32": ("fp32 base, no autocast", "float32", False),
+            "autocast": ("fp32 base, bf16 autocast", "float32", True),
+            "bf16": ("bf16 base, bf16 autocast, fp32 LoRA (the stages')", "bfloat16", True)}
 PHASES = ("generation", "reward scoring", "log-prob forward", "backward", "optimizer and bookkeeping")
 
 
@@ -110,6 +117,7 @@ def main() -> None:
     parser.add_argument("--repo", default=str(ROOT))
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the parts alone (medians)")
+    parser.add_argument("--variants", default="fp32,autocast,bf16", help="of " + ", ".join(VARIANTS))
     args = parser.parse_args()
     os.chdir(args.repo)
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
@@ -122,28 +130,41 @@ def main() -> None:
     from mascot.precision import native_bf16
     from mascot.reward.scorer import RewardScorer
 
+    import torch
+    from transformers.integrations import MLflowCallback
+
     params = load_params("params.yaml")
-    p = params.grpo.model_copy(update={"max_steps": args.steps})
     personas = load_personas(params.prepare.personas_file)
     queries = {q["query_id"]: q for q in load_jsonl("data/queries.jsonl")}
-    rows = grpo_prompts(queries, load_jsonl("data/pairs.jsonl"), personas, p)
     scorer = RewardScorer.from_dir("models/reward")
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer, tokenizer = build_trainer(rows, [make_reward_model_reward(scorer, personas), make_format_reward()],
-                                           [p.reward_weight, p.format_weight], p, Path(tmp))
-        from transformers.integrations import MLflowCallback
-
-        trainer.remove_callback(MLflowCallback)  # no tracking: the stage's MLflow logging is not what is timed
-        steps = train_timed(trainer, args.steps)[1:]  # the first step warms up
-        alone = parts_alone(trainer, tokenizer, scorer, rows[0], personas, p, args.rounds)
-    med = {k: statistics.median(s[k] for s in steps) for k in steps[0]}
+    variants = args.variants.split(",")
+    if not set(variants) <= set(VARIANTS) or (("autocast" in variants or "bf16" in variants) and not native_bf16()):
+        sys.exit(f"--variants {args.variants}: of {', '.join(VARIANTS)}; the bf16 ones need native bf16 "
+                 f"(this machine: {native_bf16()})")
+    meds, alone = {}, None
+    for name in variants:
+        label, dtype, autocast = VARIANTS[name]
+        p = params.grpo.model_copy(update={"max_steps": args.steps,
+                                           "trainer_args": {**params.grpo.trainer_args, "bf16": autocast}})
+        rows = grpo_prompts(queries, load_jsonl("data/pairs.jsonl"), personas, p)
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer, tokenizer = build_trainer(rows, [make_reward_model_reward(scorer, personas), make_format_reward()],
+                                               [p.reward_weight, p.format_weight], p, Path(tmp),
+                                               dtype=getattr(torch, dtype))
+            trainer.remove_callback(MLflowCallback)  # no tracking: the stage's MLflow logging is not what is timed
+            steps = train_timed(trainer, args.steps)[1:]  # the first step warms up
+            meds[label] = {k: statistics.median(s[k] for s in steps) for k in steps[0]}
+            if name == variants[-1]:
+                alone = parts_alone(trainer, tokenizer, scorer, rows[0], personas, p, args.rounds)
     print(f"# GRPO step, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, no GPU; "
           f"{p.base_model}, LoRA r={p.lora.r}, {p.num_generations} completions of up to {p.max_completion_length} "
-          f"tokens a step, bf16 autocast {native_bf16()}; medians of steps 2-{args.steps}")
-    print("| phase | seconds a step (median) | share |\n| --- | ---: | ---: |")
-    for k in (*PHASES, "generate_and_score other"):
-        print(f"| {k} | {med[k]:.2f} | {med[k] / med['step']:.0%} |")
-    print(f"| **step** | {med['step']:.2f} | |")
+          f"tokens a step; seconds a step, medians of steps 2-{args.steps}")
+    labels = list(meds)
+    print("| phase | " + " | ".join(labels) + " |\n| --- |" + " ---: |" * len(labels))
+    for k in (*PHASES, "generate_and_score other", "step"):
+        print(f"| {'**step**' if k == 'step' else k} | " + " | ".join(f"{meds[lb][k]:.2f}" for lb in labels) + " |")
+    med = meds[labels[-1]]
+    print(f"\nthe parts alone, {labels[-1]}:")
     parts = sum(alone.values())
     print("\n| part alone, same prompt (median) | seconds |\n| --- | ---: |")
     for k, v in alone.items():

@@ -46,9 +46,12 @@ def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int,
 
 
 def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
-                  checkpoint_dir: Path, callbacks: list | None = None):
+                  checkpoint_dir: Path, callbacks: list | None = None, dtype=None):
     """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
-    benchmarks/grpo_step.py times it)."""
+    benchmarks/grpo_step.py times it). The frozen base in `dtype` (default: bf16 where native,
+    mascot/precision.py), the LoRA weights in fp32 (PEFT keeps an adapter fp32 on a bf16 base)."""
+    from mascot.precision import compute_dtype
+
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -59,7 +62,8 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     torch.manual_seed(params.seed)
-    model = AutoModelForCausalLM.from_pretrained(params.base_model, dtype=torch.float32)
+    # a bf16 base decodes without autocast casting every frozen weight at every token
+    model = AutoModelForCausalLM.from_pretrained(params.base_model, dtype=dtype or compute_dtype())
     on_gpu = torch.cuda.is_available()
     from mascot.launch import world_size
 
