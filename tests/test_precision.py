@@ -27,3 +27,19 @@ def test_the_endpoint_default_is_auto_and_the_choices_are_checked():
     assert LLMEndpoint(model="m").dtype == "auto"
     with pytest.raises(ValidationError, match="dtype"):
         LLMEndpoint(model="m", dtype="half")
+
+
+def test_a_frozen_head_gets_a_contiguous_input_and_the_same_logits(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    model.requires_grad_(False)  # as LoRA and a merged adapter leave it
+    ids = torch.randint(5, 100, (3, 17))
+    with torch.no_grad():
+        before = model(input_ids=ids, logits_to_keep=4).logits
+    precision.contiguous_head_input(model)
+    seen = []
+    model.get_output_embeddings().register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+    with torch.no_grad():
+        after = model(input_ids=ids, logits_to_keep=4).logits
+    assert seen == [True] and torch.equal(before, after)

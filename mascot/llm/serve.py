@@ -103,7 +103,7 @@ def build_command(cfg: ServeConfig, gpus: int) -> tuple[list[str], dict[str, str
                              f"{tp * cfg.data_parallel_size} GPUs; {gpus} are visible")
         cmd += ["--tensor-parallel-size", str(tp), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
     else:
-        # vllm serve is broken in the CPU wheel; the api_server module works. fp32 is the fast CPU dtype.
+        # vllm serve is broken in the CPU wheel; the api_server module works. fp32: its bf16 is not measured here
         cmd += ["--dtype", "float32"]
         cache = Path(".mascot/vllm-cache").resolve()
         env.update(VLLM_CPU_KVCACHE_SPACE=str(cfg.cpu_kv_cache_gib), VLLM_CACHE_ROOT=str(cache),

@@ -63,14 +63,16 @@ def load_policy(base_model: str, adapter_dir: str | None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_model)
-    from mascot.precision import compute_dtype
+    from mascot.precision import compute_dtype, contiguous_head_input
 
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     if adapter_dir:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
-    return model.to(compute_dtype()), tokenizer  # merged in fp32, then cast: one rounding
+    model = model.to(compute_dtype())  # merged in fp32, then cast: one rounding
+    contiguous_head_input(model)  # a merged adapter leaves the head frozen
+    return model, tokenizer
 
 
 def main(params, queries_path: str = "data/queries.jsonl",
