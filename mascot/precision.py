@@ -2,9 +2,10 @@
 
 Native means a CUDA GPU that supports bf16, or a CPU with AVX512-BF16 or AMX. There bf16 runs the 2-core
 development VM's matmuls at 4x fp32's rate. benchmarks/engines.py measured generation 2.6x and the judge 2.8x
-faster, with identical judge_check figures. Elsewhere bf16 is emulated and several times slower than fp32, so the
-rule asks the hardware rather than naming a dtype. An in-process LLM says on stderr which it chose; a training run's
-`bf16` is among the trainer arguments its MLflow run records.
+faster, with identical judge_check figures. Elsewhere bf16 is emulated (slow; not measured here), so the rule
+asks the hardware rather than naming a dtype. An in-process LLM says on stderr which it chose; a training run's
+`bf16` is among the trainer arguments its MLflow run records. Also here: `contiguous_head_input`, a PyTorch trap
+in how a frozen LM head computes.
 """
 from __future__ import annotations
 
