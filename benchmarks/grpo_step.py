@@ -5,14 +5,16 @@ The stage's own trainer (`mascot/policy/grpo.py: build_trainer`, params.yaml's `
 (`_generate_single_turn`), reward scoring (`_calculate_rewards`), the policy's log-prob forward (`compute_loss`),
 the backward (the rest of `training_step`) and the optimizer step with the trainer's bookkeeping (the rest of the
 step). Then each part alone on the same prompt, in the same process: `generate` of `num_generations` completions
-of `max_completion_length` tokens, the reward model on them, and one forward and backward of the policy over them.
-A step near the sum of the parts alone has no work of its own to cut.
+of `max_completion_length` tokens, the reward model on them, and one forward and backward of the policy over them
+(the head on the completion's positions only, as the loss reads them). A step near the sum of the parts alone has no work of its own to cut.
 
 The numerics side by side too (`--variants`): the policy's frozen base in fp32 without autocast, fp32 under bf16
 autocast (which casts every frozen weight at every op, decoding included), and a bf16 base under autocast with
-fp32 LoRA weights (the stages' choice where bf16 is native, mascot/precision.py).
+fp32 LoRA weights (the stages' choice where bf16 is native, mascot/precision.py); `allrows` is that one with TRL's
+fused head projecting every position of prompt and completion, as TRL 1.16 does off Triton devices
+(`grpo.head_on_completions_only` has it project the completion's only).
 
-    python benchmarks/grpo_step.py --repo <a tree after `dvc repro promote`> [--steps 6] [--variants fp32,autocast,bf16]
+    python benchmarks/grpo_step.py --repo <a tree after `dvc repro promote`> [--steps 6] [--variants fp32,autocast,allrows,bf16]
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 VARIANTS = {"fp32": ("fp32 base, no autocast", "float32", False),
             "autocast": ("fp32 base, bf16 autocast", "float32", True),
+            "allrows": ("bf16 base, the head on every position (TRL 1.16 on a CPU)", "bfloat16", True),
             "bf16": ("bf16 base, bf16 autocast, fp32 LoRA (the stages')", "bfloat16", True)}
 PHASES = ("generation", "reward scoring", "log-prob forward", "backward", "optimizer and bookkeeping")
 
@@ -104,7 +107,8 @@ def parts_alone(trainer, tokenizer, scorer, row: dict, personas, p, rounds: int)
         out["reward scoring"].append(time.perf_counter() - start)
         start = time.perf_counter()
         with trainer.accelerator.autocast():
-            logits = model(input_ids=ids).logits[:, prompt["input_ids"].shape[1] - 1:-1].float()
+            # only the completion's positions through the head, as the loss needs
+            logits = model(input_ids=ids, logits_to_keep=p.max_completion_length + 1).logits[:, :-1].float()
             loss = -torch.log_softmax(logits, -1).gather(-1, ids[:, prompt["input_ids"].shape[1]:, None]).mean()
         loss.backward()
         model.zero_grad(set_to_none=True)
@@ -117,7 +121,7 @@ def main() -> None:
     parser.add_argument("--repo", default=str(ROOT))
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the parts alone (medians)")
-    parser.add_argument("--variants", default="fp32,autocast,bf16", help="of " + ", ".join(VARIANTS))
+    parser.add_argument("--variants", default="allrows,bf16", help="of " + ", ".join(VARIANTS))
     args = parser.parse_args()
     os.chdir(args.repo)
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
@@ -132,6 +136,7 @@ def main() -> None:
 
     import torch
     from transformers.integrations import MLflowCallback
+    from trl.trainer import utils as trl_utils
 
     params = load_params("params.yaml")
     personas = load_personas(params.prepare.personas_file)
@@ -152,7 +157,13 @@ def main() -> None:
                                                [p.reward_weight, p.format_weight], p, Path(tmp),
                                                dtype=getattr(torch, dtype))
             trainer.remove_callback(MLflowCallback)  # no tracking: the stage's MLflow logging is not what is timed
-            steps = train_timed(trainer, args.steps)[1:]  # the first step warms up
+            completions_only = trl_utils._use_triton
+            if name == "allrows":  # TRL's own rule, undoing build_trainer's head_on_completions_only
+                trl_utils._use_triton = completions_only.__wrapped__
+            try:
+                steps = train_timed(trainer, args.steps)[1:]  # the first step warms up
+            finally:
+                trl_utils._use_triton = completions_only
             meds[label] = {k: statistics.median(s[k] for s in steps) for k in steps[0]}
             if name == variants[-1]:
                 alone = parts_alone(trainer, tokenizer, scorer, rows[0], personas, p, args.rounds)

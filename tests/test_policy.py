@@ -105,3 +105,43 @@ def test_sampling_inside_a_reward_function_leaves_grpos_own_stream_alone(tiny_mo
 
     quiet, sampling = run(False), run(True)
     assert len(quiet) == 3 * 4 and quiet == sampling  # 3 steps of 2 prompts x 2 completions
+
+
+def test_the_fused_head_projects_only_the_completion_on_the_cpu_with_the_same_logprobs(tiny_model_dir,
+                                                                                        monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.trainer import utils as trl_utils
+
+    from mascot.policy.grpo import head_on_completions_only
+
+    # TRL's own switch for this test (a GRPO test before it may have patched it), put back after it
+    monkeypatch.setattr(trl_utils, "_use_triton", getattr(trl_utils._use_triton, "__wrapped__", trl_utils._use_triton))
+    rows_projected = []
+    kernel = trl_utils._ChunkedLogProbFunction
+
+    class Spy:
+        @staticmethod
+        def apply(hidden, *args):
+            rows_projected.append(hidden.shape[0])
+            return kernel.apply(hidden, *args)
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Spy)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids = torch.randint(5, 100, (3, 20))
+    labels = ids.clone()
+    labels[:, :-4] = -100  # a 4-token completion after a 16-token prompt, as GRPO labels it
+
+    def logprobs_and_grad():
+        model.zero_grad(set_to_none=True)
+        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        out.log_probs.sum().backward()
+        return out.log_probs.detach(), model.get_input_embeddings().weight.grad.clone()
+
+    every_position = logprobs_and_grad()
+    head_on_completions_only()
+    head_on_completions_only()  # twice is once
+    completions_only = logprobs_and_grad()
+    assert rows_projected == [3 * 19, 3 * 4]  # shifted: 19 next-token positions a row, 4 of them labelled
+    assert torch.allclose(every_position[0], completions_only[0], atol=1e-6)
+    assert torch.allclose(every_position[1], completions_only[1], atol=1e-6)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -45,6 +46,27 @@ def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int,
         dataloader_num_workers=0, disable_dropout=True, ddp_find_unused_parameters=False), params.trainer_args)
 
 
+def head_on_completions_only() -> None:
+    """Have TRL's fused LM head project only the completion's positions, on the CPU too. TRL 1.16 scores only
+    the labelled positions on Triton devices but every position elsewhere (static tile shapes for Neuron's
+    compiler); on the CPU a loss pass of 4 x 268 tokens then projects 1,072 rows through Gemma's 262k-row head
+    instead of the 96 the loss reads, 8 of a step's 12 s (torch's profiler, docs/performance.md). The rows it
+    skips are masked out of the loss either way: the same log-probs and gradients (tests/test_policy.py)."""
+    from trl.trainer import utils as trl_utils
+
+    scores_all = getattr(trl_utils, "_use_triton", None)
+    if scores_all is None:  # a TRL without this switch: slower, not wrong (the test pins the pinned TRL's)
+        print("grpo: TRL's fused head has no _use_triton switch; every position is projected", file=sys.stderr)
+        return
+    if getattr(scores_all, "completions_only", False):
+        return
+
+    def compact(device) -> bool:
+        return device.type == "cpu" or scores_all(device)
+    compact.completions_only, compact.__wrapped__ = True, scores_all
+    trl_utils._use_triton = compact
+
+
 def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
                   checkpoint_dir: Path, callbacks: list | None = None, dtype=None):
     """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
@@ -65,6 +87,7 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
     # a bf16 base decodes without autocast casting every frozen weight at every token
     model = AutoModelForCausalLM.from_pretrained(params.base_model, dtype=dtype or compute_dtype())
     contiguous_head_input(model)  # LoRA freezes the head: without this a prefill is 5x slower
+    head_on_completions_only()
     on_gpu = torch.cuda.is_available()
     from mascot.launch import world_size
 
