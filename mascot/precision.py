@@ -5,7 +5,7 @@ development VM's matmuls at 4x fp32's rate. benchmarks/engines.py measured gener
 faster, with identical judge_check figures. Elsewhere bf16 is emulated (slow; not measured here), so the rule
 asks the hardware rather than naming a dtype. An in-process LLM says on stderr which it chose; a training run's
 `bf16` is among the trainer arguments its MLflow run records. Also here: `contiguous_head_input`, a PyTorch trap
-in how a frozen LM head computes.
+in how a frozen LM head computes, and `load_causal_lm`, the one loader of a causal LM this project computes with.
 """
 from __future__ import annotations
 
@@ -45,3 +45,21 @@ def contiguous_head_input(model) -> None:
     vocabulary-by-hidden weight per row: on Gemma's 262k vocabulary, 2.3 s of a 2.9 s prefill of 4 x 302
     tokens. The same numbers, without the copy (benchmarks/grpo_step.py)."""
     model.get_output_embeddings().register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
+
+
+def load_causal_lm(path: str, dtype: torch.dtype | None = None, adapter_dir: str | None = None):
+    """A causal LM as the speaker, the judge, the GRPO policies and the evaluated policies compute with it: in
+    `dtype` (default: bf16 where native, fp32 elsewhere), a LoRA adapter merged in fp32 and then cast (one
+    rounding), the head fed a contiguous input."""
+    from transformers import AutoModelForCausalLM
+
+    dtype = dtype or compute_dtype()
+    if adapter_dir:
+        from peft import PeftModel
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload().to(dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    contiguous_head_input(model)  # a LoRA policy or a merged adapter leaves the head frozen
+    return model

@@ -43,3 +43,12 @@ def test_a_frozen_head_gets_a_contiguous_input_and_the_same_logits(tiny_model_di
     with torch.no_grad():
         after = model(input_ids=ids, logits_to_keep=4).logits
     assert seen == [True] and torch.equal(before, after)
+
+
+def test_the_one_loader_gives_the_dtype_asked_and_a_contiguous_head_input(tiny_model_dir):
+    model = precision.load_causal_lm(str(tiny_model_dir), torch.bfloat16)
+    seen = []
+    model.get_output_embeddings().register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+    with torch.no_grad():
+        model(input_ids=torch.randint(5, 100, (2, 9)), logits_to_keep=3)
+    assert model.dtype == torch.bfloat16 and seen == [True]

@@ -41,9 +41,9 @@ _LOADED: "weakref.WeakValueDictionary[tuple[str, str], torch.nn.Module]" = weakr
 
 class LocalBackend:
     def __init__(self, endpoint):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        from mascot.precision import compute_dtype, dtype_name
+        from mascot.precision import compute_dtype, dtype_name, load_causal_lm
 
         tokenizer = AutoTokenizer.from_pretrained(endpoint.model)
         dtype = compute_dtype(endpoint.dtype)
@@ -51,7 +51,7 @@ class LocalBackend:
         model = _LOADED.get(key)
         if model is None:
             print(f"llm: {endpoint.model} in-process in {dtype_name(dtype)} (dtype: {endpoint.dtype})", file=sys.stderr)
-            model = _LOADED[key] = AutoModelForCausalLM.from_pretrained(endpoint.model, dtype=dtype)
+            model = _LOADED[key] = load_causal_lm(endpoint.model, dtype)
         self._setup(model, tokenizer, endpoint.model, endpoint.batch_size, endpoint.chat_template_kwargs)
 
     @classmethod

@@ -59,20 +59,11 @@ def paired_differences(base: list[dict], grpo: list[dict]) -> dict:
 
 
 def load_policy(base_model: str, adapter_dir: str | None):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    from mascot.precision import compute_dtype, contiguous_head_input
+    from mascot.precision import load_causal_lm
 
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
-    if adapter_dir:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
-    model = model.to(compute_dtype())  # merged in fp32, then cast: one rounding
-    contiguous_head_input(model)  # a merged adapter leaves the head frozen
-    return model, tokenizer
+    return load_causal_lm(base_model, adapter_dir=adapter_dir), AutoTokenizer.from_pretrained(base_model)
 
 
 def main(params, queries_path: str = "data/queries.jsonl",

@@ -72,12 +72,13 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
     """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
     benchmarks/grpo_step.py times it). The frozen base in `dtype` (default: bf16 where native,
     mascot/precision.py), the LoRA weights in fp32 (PEFT keeps an adapter fp32 on a bf16 base)."""
-    from mascot.precision import compute_dtype, contiguous_head_input
-
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from trl import GRPOTrainer
+
+    from mascot.launch import world_size
+    from mascot.precision import load_causal_lm
 
     tokenizer = AutoTokenizer.from_pretrained(params.base_model)
     tokenizer.padding_side = "left"
@@ -85,12 +86,9 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
         tokenizer.pad_token = tokenizer.eos_token
     torch.manual_seed(params.seed)
     # a bf16 base decodes without autocast casting every frozen weight at every token
-    model = AutoModelForCausalLM.from_pretrained(params.base_model, dtype=dtype or compute_dtype())
-    contiguous_head_input(model)  # LoRA freezes the head: without this a prefill is 5x slower
+    model = load_causal_lm(params.base_model, dtype)
     head_on_completions_only()
     on_gpu = torch.cuda.is_available()
-    from mascot.launch import world_size
-
     # prompts_per_step x num_generations completions a step in all, split over the ranks: N processes train
     # the same steps as one, faster
     per_step = params.prompts_per_step * params.num_generations
