@@ -120,9 +120,9 @@ def measure_vllm(vllm_python, params, queries, personas, items, replies: int) ->
 
 
 def report(results: dict, params, args, items) -> None:
-    import torch
+    from mascot.precision import native_bf16
 
-    bf16_native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    bf16_native = native_bf16()
 
     print(f"# engines, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} cores, no GPU; model "
           f"{params.llm.judge.model}; generation: {args.queries} queries x {args.replies} replies, max_tokens "

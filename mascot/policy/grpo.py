@@ -58,12 +58,12 @@ def head_on_completions_only() -> None:
     if scores_all is None:  # a TRL without this switch: slower, not wrong (the test pins the pinned TRL's)
         print("grpo: TRL's fused head has no _use_triton switch; every position is projected", file=sys.stderr)
         return
-    if getattr(scores_all, "completions_only", False):
+    if hasattr(scores_all, "__wrapped__"):  # already switched
         return
 
     def compact(device) -> bool:
         return device.type == "cpu" or scores_all(device)
-    compact.completions_only, compact.__wrapped__ = True, scores_all
+    compact.__wrapped__ = scores_all  # TRL's own rule, for a benchmark or a test to put back
     trl_utils._use_triton = compact
 
 
