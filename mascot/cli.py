@@ -162,11 +162,13 @@ def _main(argv: list[str]) -> int:
             else:
                 promote_mod.main(params)
             return 0
-        from mascot.launch import relaunch
+        from mascot.launch import one_write_per_line, relaunch, under_launcher
 
         status = relaunch(args.command, params, argv)
         if status is not None:
             return status
+        if under_launcher():
+            one_write_per_line()
         module, _, function = STAGES[args.command].partition(":")
         getattr(importlib.import_module(module), function or "main")(params)
         report_requests(args.command)

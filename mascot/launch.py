@@ -61,3 +61,16 @@ def relaunch(stage: str, params, argv: list[str]) -> int | None:
 
 def rank_tag() -> str:
     return f"[rank {rank()}/{world_size()}]"
+
+
+
+def one_write_per_line() -> None:
+    """A rank's stdout and stderr write each line in one piece, so ranks sharing a pipe never splice their lines.
+
+    Unbuffered (PYTHONUNBUFFERED=1, as in CI) `print` writes the text and its newline separately, and another
+    rank's line lands between them; line buffering makes each line one write, which POSIX keeps whole on a
+    pipe up to PIPE_BUF bytes. tqdm flushes its carriage-return bars itself.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # not a stand-in stream (pytest's capsys)
+            stream.reconfigure(line_buffering=True, write_through=False)

@@ -77,3 +77,24 @@ def test_training_stages_relaunch_under_accelerate_only_when_asked(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")  # already a rank: never launch again
     params = SimpleNamespace(train_rm=TrainRMParams(num_processes=2))
     assert relaunch("train_rm", params, ["train_rm"]) is None
+
+
+def test_ranks_sharing_a_pipe_unbuffered_never_splice_their_lines():
+    """Two ranks print at once into one pipe with PYTHONUNBUFFERED=1, as CI runs them; every line arrives whole.
+
+    Without one_write_per_line, 532-1064 of these 6,000 lines came spliced (print writes the newline apart)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    code = ("import sys; from mascot.launch import one_write_per_line\n"
+            "one_write_per_line()\n"
+            "for i in range(3000):\n"
+            "    print(f'train_rm[rank {sys.argv[1]}/2]:', 'x' * 60, flush=True)\n")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CODE": code}
+    with subprocess.Popen(f'{sys.executable} -c "$CODE" 0 & {sys.executable} -c "$CODE" 1 & wait',
+                          shell=True, stdout=subprocess.PIPE, env=env, text=True) as proc:
+        lines = proc.stdout.read().splitlines()
+    whole = [ln for ln in lines if re.fullmatch(r"train_rm\[rank [01]/2\]: x{60}", ln)]
+    assert len(whole) == len(lines) == 6000, f"{len(lines) - len(whole)} lines spliced"
