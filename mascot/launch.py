@@ -63,7 +63,6 @@ def rank_tag() -> str:
     return f"[rank {rank()}/{world_size()}]"
 
 
-
 def one_write_per_line() -> None:
     """A rank's stdout and stderr write each line in one piece, so ranks sharing a pipe never splice their lines.
 
