@@ -48,6 +48,12 @@ class BaseModelParams(Block):
         return self
 
 
+class SmallModelParams(BaseModelParams):
+    """The small base LM (the reward-model and GRPO base): BaseModelParams with its own defaults."""
+    source: Literal["qwen2.5-0.5b-instruct-gguf", "gemma3-270m-gguf", "tiny", "path", "hub"] = "gemma3-270m-gguf"
+    out_dir: str = "models/small"
+
+
 class SourceSpec(Block):
     format: Literal["esconv", "qmsum", "empathetic", "jsonl", "hub-esconv"]
     path: str
@@ -59,10 +65,10 @@ class PrepareParams(Block):
     sources: list[SourceSpec] = Field(min_length=1)
     personas_file: str = "data/personas.yaml"
     tokenizer: str = "models/base"  # counts tokens for the context budget
-    max_context_tokens: int = Field(384, ge=16)
+    max_context_tokens: int = Field(96, ge=16)
     min_user_chars: int = Field(2, ge=1)
     max_queries: int | None = Field(None, ge=1)
-    queries_per_dialogue: int = Field(1, ge=1)
+    queries_per_dialogue: int = Field(2, ge=1)
     personas_per_query: int = Field(1, ge=1)
     seed: int = 0
     skip_bad_rows: bool = False
@@ -103,18 +109,26 @@ class LLMEndpoint(Block):
         return [u.rstrip("/") for u in urls]
 
 
+class SpeakerEndpoint(LLMEndpoint):
+    batch_size: int = Field(64, ge=1)  # sampling: many sequences per pass pay on a CPU
+
+
+class JudgeEndpoint(LLMEndpoint):
+    batch_size: int = Field(10, ge=1)  # one candidate's five rubric prompts, twice
+
+
 class LLMParams(Block):
-    speaker: LLMEndpoint = LLMEndpoint()
-    judge: LLMEndpoint = LLMEndpoint()
+    speaker: SpeakerEndpoint = SpeakerEndpoint()
+    judge: JudgeEndpoint = JudgeEndpoint()
     director: LLMEndpoint | None = None  # stage 2's episode Director; default: the speaker's model
 
 
 class GenerateParams(Block):
-    num_agents_per_query: int = Field(5, ge=1)
-    prompt_style: Literal["transcript", "chat"] = "transcript"
+    num_agents_per_query: int = Field(4, ge=1)
+    prompt_style: Literal["transcript", "chat"] = "chat"
     temperature: float = Field(0.9, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(64, ge=1)
+    max_tokens: int = Field(56, ge=1)
     seed: int = 1234
 
 
@@ -136,7 +150,7 @@ class EpisodesParams(Block):
     director_max_tokens: int = Field(48, ge=8)
     temperature: float = Field(0.9, ge=0)  # speakers and the simulated user
     top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(48, ge=1)  # per turn
+    max_tokens: int = Field(32, ge=1)  # per turn
     seed: int = 7
 
 
@@ -159,8 +173,8 @@ class ScoreParams(Block):
 
 
 class JudgeCheckParams(Block):
-    dialogue_items: int = Field(40, ge=0)  # ESConv-like items: reference vs off-topic vs cold (+ length probe)
-    qa_items: int = Field(10, ge=0)  # QMSum items: gold answer vs another meeting's answer
+    dialogue_items: int = Field(16, ge=0)  # ESConv-like items: reference vs off-topic vs cold (+ length probe)
+    qa_items: int = Field(4, ge=0)  # QMSum items: gold answer vs another meeting's answer
     # formats measured when score.prompt_style is auto (otherwise only the configured one)
     prompt_styles: list[Literal["plain", "chat"]] = Field(["plain", "chat"], min_length=1)
     # judge modes measured (default: score.mode); both give their agreement
@@ -182,12 +196,19 @@ class JudgeCheckGroupParams(Block):
 
 
 class PairsParams(Block):
-    score_margin: float = Field(0.5, ge=0, le=4)
+    score_margin: float = Field(0.1, ge=0, le=4)
     # drop pairs of the majority length direction (smallest margins first) so that the chosen reply is the
     # longer one in about half of the pairs: a reward model cannot then score well on length alone
-    balance_length: bool = False
-    eval_fraction: float = Field(0.1, ge=0, lt=1)
+    balance_length: bool = True
+    eval_fraction: float = Field(0.25, ge=0, lt=1)
     split_seed: int = 0
+
+
+class GroupPairsParams(PairsParams):
+    """Stage 2's pairing rule: block totals spread less, and a handful of block pairs cannot be balanced."""
+    score_margin: float = Field(0.05, ge=0, le=4)
+    balance_length: bool = False
+    eval_fraction: float = Field(0.5, ge=0, lt=1)
 
 
 class ValidateParams(Block):
@@ -195,20 +216,25 @@ class ValidateParams(Block):
     min_scored_fraction: float = Field(0.5, ge=0, le=1)
     # judge_check's accuracies (human reply above an off-topic one, above a cold one) must reach this, compared
     # with their bootstrap interval's lower bound (judge_bar_on: lower_bound) or the point estimate (point)
-    min_judge_accuracy: float = Field(0.6, ge=0, le=1)
+    min_judge_accuracy: float = Field(0.5, ge=0, le=1)
     judge_bar_on: Literal["lower_bound", "point"] = "lower_bound"
     # stop: a judge below the bar stops the pipeline; warn: it goes on, and validate and every later stage say,
     # in words, that the judge cannot be told from chance (the other expectations always stop)
-    judge_gate: Literal["stop", "warn"] = "stop"
+    judge_gate: Literal["stop", "warn"] = "warn"
     # a judge whose totals are identical across a query's candidates is not judging
     max_constant_group_fraction: float = Field(0.5, ge=0, le=1)
     max_empty_reason_fraction: float = Field(0.2, ge=0, le=1)  # json mode: reasons shorter than a phrase
+    # each split's size, so that a run that could never be measured or promoted stops here, before training:
+    # train pairs (the reward model's), eval pairs (promote's gate), held-out queries (the watch, evaluate)
+    min_train_pairs: int = Field(1, ge=0)
+    min_eval_pairs: int = Field(1, ge=0)
+    min_heldout_queries: int = Field(1, ge=0)
 
 
 class ValidateGroupParams(Block):
     """Stage 2's gate: the collective judge's own bar (judge_check_group's accuracies); the other bars and the
     stop/warn level (judge_gate, judge_bar_on) are validate's."""
-    min_judge_accuracy: float = Field(0.6, ge=0, le=1)
+    min_judge_accuracy: float = Field(0.5, ge=0, le=1)
 
 
 class MlflowParams(Block):
@@ -229,6 +255,10 @@ class LoraParams(Block):
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
+class PolicyLoraParams(LoraParams):
+    dropout: float = Field(0.0, ge=0, lt=1)  # GRPO: TRL's log-probs of the old and new policy must agree
+
+
 class LaunchFields(Block):
     """How many training processes a training stage runs as (mascot/launch.py)."""
     # training processes: N > 1 runs the stage under `accelerate launch --multi_gpu --num_processes N` (DDP: nccl
@@ -238,15 +268,15 @@ class LaunchFields(Block):
 
 
 class TrainRMParams(LaunchFields):
-    base_model: str = "models/base"
+    base_model: str = "models/small"
     registered_model: str = "mascot-persona-rm"
     lora: LoraParams = LoraParams()
     batch_size: int = Field(4, ge=1)
-    gradient_accumulation_steps: int = Field(4, ge=1)
-    learning_rate: float = Field(1e-5, ge=0)
-    epochs: float = Field(1.0, gt=0)
-    max_length: int = Field(4096, ge=32)
-    eval_steps: int = Field(100, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    learning_rate: float = Field(2e-4, ge=0)
+    epochs: float = Field(2, gt=0)
+    max_length: int = Field(512, ge=32)
+    eval_steps: int = Field(5, ge=1)
     save_steps: int = Field(100, ge=1)
     save_total_limit: int = Field(3, ge=1)
     use_margin: bool = False  # TRL's margin loss: -logsigmoid(r_c - r_r - margin)
@@ -258,12 +288,27 @@ class TrainRMParams(LaunchFields):
     _trainer_args = _trainer_args_check("reward")
 
 
+class TrainGroupRMParams(TrainRMParams):
+    registered_model: str = "mascot-group-rm"
+    max_length: int = Field(768, ge=32)  # a block of turns after the conversation
+
+
 class PromoteParams(Block):
     alias: str = "champion"
     challenger_alias: str = "challenger"
     min_eval_accuracy: float = Field(0.5, ge=0, le=1)
     # the new version's eval accuracy must be above the "longer reply wins" baseline on the same pairs
     require_beat_length_baseline: bool = True
+    # point: the accuracy's point estimate meets the bar (below stats.min_n pairs the reason and the version's tags
+    # say "promoted on too few pairs to tell"); lower_bound: its 95% interval's lower bound, and never below min_n
+    bar_on: Literal["point", "lower_bound"] = "point"
+
+
+class PromoteGroupParams(PromoteParams):
+    """Stage 2's gate on the CPU default: a handful of block pairs measures nothing yet (profiles/real.yaml: 0.5
+    and the length baseline)."""
+    min_eval_accuracy: float = Field(0.0, ge=0, le=1)
+    require_beat_length_baseline: bool = False
 
 
 class WatchParams(Block):
@@ -271,7 +316,7 @@ class WatchParams(Block):
     enabled: bool = True
     every_steps: int = Field(4, ge=1)  # and at step 0 and the last step
     # probes: the first probe_queries held-out queries (the evaluation's rule), each under probe_personas personas
-    probe_queries: int = Field(10, ge=1)
+    probe_queries: int = Field(7, ge=1)
     probe_personas: int = Field(2, ge=1)
     max_tokens: int | None = Field(None, ge=1)  # default: the block's max_completion_length
     judge_margin: float = Field(0.05, ge=0)  # a judge change below this, with the reward model up: over-optimising
@@ -285,15 +330,15 @@ class WatchParams(Block):
 
 
 class GRPOParams(LaunchFields):
-    base_model: str = "models/base"
+    base_model: str = "models/small"
     registered_model: str = "mascot-speaker"
     reward_alias: str = "champion"
     prompt_style: Literal["transcript", "chat"] = "transcript"
-    lora: LoraParams = LoraParams()
+    lora: PolicyLoraParams = PolicyLoraParams()
     num_generations: int = Field(4, ge=2)
-    prompts_per_step: int = Field(2, ge=1)
-    max_completion_length: int = Field(32, ge=1)
-    max_steps: int = Field(8, ge=1)
+    prompts_per_step: int = Field(1, ge=1)
+    max_completion_length: int = Field(24, ge=1)
+    max_steps: int = Field(12, ge=1)
     beta: float = Field(0.0, ge=0)
     learning_rate: float = Field(5e-5, ge=0)
     temperature: float = Field(0.9, gt=0)
@@ -314,6 +359,8 @@ class DirectorParams(GRPOParams):
     registered_model: str = "mascot-director"
     prompt_style: Literal["transcript", "chat"] = "transcript"
     max_completion_length: int = Field(40, ge=8)
+    max_steps: int = Field(8, ge=1)
+    temperature: float = Field(1.0, gt=0)
     format_weight: float = 1.0  # a parseable directive naming a known agent
     diversity_weight: float = 0.2  # penalty for naming the previous turn's speaker again
     rollout_turns: int = Field(1, ge=1)  # agent turns rolled forward from the directive before the group RM scores
@@ -328,7 +375,7 @@ class EvaluateGroupParams(Block):
     # the trained and base Directors decode under the directive grammar: the conditions differ in whom they
     # choose and what they ask, not in whether they keep the format (train_director's metrics report that)
     constrain_directives: bool = True
-    max_tokens: int = Field(40, ge=1)
+    max_tokens: int = Field(32, ge=1)
     conditions: list[Literal["trained", "base", "random", "round_robin"]] = Field(
         ["trained", "base", "random", "round_robin"], min_length=1)
     seed: int = 0
@@ -336,7 +383,7 @@ class EvaluateGroupParams(Block):
 
 class EvaluateParams(Block):
     max_queries: int | None = Field(8, ge=1)
-    max_tokens: int = Field(48, ge=1)
+    max_tokens: int = Field(40, ge=1)
     temperature: float = Field(0.0, ge=0)
     seed: int = 0
 
@@ -356,7 +403,7 @@ class Params(Block):
     base_model: BaseModelParams = BaseModelParams()  # the speaker (an instruct model)
     # a small base LM, for the parts that must be fast on a CPU: the embedded judge, the reward-model base
     # and the GRPO policy base
-    small_model: BaseModelParams = BaseModelParams(source="gemma3-270m-gguf", out_dir="models/small")
+    small_model: SmallModelParams = SmallModelParams()
     prepare: PrepareParams
     llm: LLMParams = LLMParams()
     generate: GenerateParams = GenerateParams()
@@ -373,10 +420,10 @@ class Params(Block):
     episodes: EpisodesParams = EpisodesParams()
     score_group: ScoreGroupParams = ScoreGroupParams()
     judge_check_group: JudgeCheckGroupParams = JudgeCheckGroupParams()
-    group_pairs: PairsParams = PairsParams()
+    group_pairs: GroupPairsParams = GroupPairsParams()
     validate_group: ValidateGroupParams = ValidateGroupParams()
-    promote_group: PromoteParams = PromoteParams()  # the same gate, its own thresholds
-    train_group_rm: TrainRMParams = TrainRMParams(registered_model="mascot-group-rm")
+    promote_group: PromoteGroupParams = PromoteGroupParams()  # the same gate, its own thresholds
+    train_group_rm: TrainGroupRMParams = TrainGroupRMParams()
     train_director: DirectorParams = DirectorParams()
     evaluate_group: EvaluateGroupParams = EvaluateGroupParams()
     heldout: HeldOutParams = HeldOutParams()

@@ -95,7 +95,24 @@ class Granularity:
 
     @property
     def template_hash(self) -> str:
-        return hashlib.sha256(self.reward_template.encode()).hexdigest()[:12]
+        """A digest of how the reward text is built: the template, and a fixed sample rendered through it (the
+        transcript renderer, the persona fields, the cut mark, a named speaker), so that a change to any of them
+        changes the hash and a reward model trained on the old text is refused at load (RewardScorer.from_dir)."""
+        context = [{"role": "user", "content": CUT_MARK + "first words"},
+                   {"role": "assistant", "name": "Sample Speaker", "content": "a reply"},
+                   {"role": "user", "content": "the last message"}]
+        side = ("the reply" if self.name == "reply" else
+                [{"role": "assistant", "name": "Sample Speaker", "content": "a block turn"}])
+        rendered = self.reward_text(persona_fields(_EveryField()), context, side)
+        return hashlib.sha256(f"{self.reward_template}\0{rendered}".encode()).hexdigest()[:12]
+
+
+class _EveryField:
+    """A persona whose every attribute is its own name in brackets: whatever fields `persona_fields` takes, the
+    sample rendering shows them."""
+
+    def __getattr__(self, name: str) -> str:
+        return f"<{name}>"
 
 
 def params_block(params, key: str):

@@ -10,7 +10,7 @@ from itertools import combinations
 
 from mascot.config import PairsParams
 from mascot.data.personas import Persona
-from mascot.splits import is_held_out, split_of
+from mascot.splits import conversation_of, is_held_out, split_of, split_counts
 
 EPS = 1e-9  # totals are means of floats: a gap of exactly the margin must count
 
@@ -47,8 +47,8 @@ def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, d
 
     by_id = {c["candidate_id"]: c for c in candidates}
     groups = {k: g for k, g in scored_groups(scores, REPLY.unit_id, REPLY.group_fields).items()
-              if heldout is None or not is_held_out(k[0], heldout)}
-    split = split_of([q for q, _ in groups], params.eval_fraction, params.split_seed)
+              if heldout is None or not is_held_out(queries[k[0]], heldout)}
+    split = split_of([queries[q] for q in {q for q, _ in groups}], params.eval_fraction, params.split_seed)
     pairs = []
     for (query_id, persona_name), group in sorted(groups.items()):
         group.sort(key=lambda s: by_id[s["candidate_id"]]["candidate_index"])
@@ -57,7 +57,8 @@ def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, d
             chosen, rejected = by_id[hi["candidate_id"]], by_id[lo["candidate_id"]]
             pairs.append({
                 "pair_id": f"{chosen['candidate_id']}>{rejected['candidate_id']}",
-                "query_id": query_id, "persona": persona_name, "split": split[query_id],
+                "query_id": query_id, "conversation_id": conversation_of(queries[query_id]), "persona": persona_name,
+                "split": split[query_id],
                 "prompt": [system, *queries[query_id]["context"]],
                 "chosen": [{"role": "assistant", "content": chosen["text"]}],
                 "rejected": [{"role": "assistant", "content": rejected["text"]}],
@@ -84,14 +85,15 @@ def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[st
             query_id = chosen["query_id"]
             pairs.append({
                 "pair_id": f"{chosen['episode_id']}>{rejected['episode_id']}", "granularity": "block",
-                "query_id": query_id, "prefix_id": prefix_id, "split": None,
+                "query_id": query_id, "conversation_id": conversation_of(queries[query_id]), "prefix_id": prefix_id,
+                "split": None,
                 "prompt": queries[query_id]["context"],
                 "chosen": turn_messages(chosen["turns"]), "rejected": turn_messages(rejected["turns"]),
                 "score_chosen": hi["total_reward"], "score_rejected": lo["total_reward"],
                 "margin": round(hi["total_reward"] - lo["total_reward"], 4),
                 "chosen_id": chosen["episode_id"], "rejected_id": rejected["episode_id"],
             })
-    split = split_of([p["query_id"] for p in pairs], params.eval_fraction, params.split_seed)
+    split = split_of([queries[q] for q in {p["query_id"] for p in pairs}], params.eval_fraction, params.split_seed)
     return [{**p, "split": split[p["query_id"]]} for p in pairs]
 
 
@@ -140,6 +142,9 @@ def pair_metrics_summary(pairs: list[dict], margin: float, before: float | None,
 
     return {"pairs": len(pairs), "train_pairs": sum(p["split"] == "train" for p in pairs),
             "eval_pairs": sum(p["split"] == "eval" for p in pairs), "score_margin": margin,
+            # pairs of one conversation are not independent: the conversations are the real n of each split
+            "train_conversations": len({p.get("conversation_id") for p in pairs if p["split"] == "train"}),
+            "eval_conversations": len({p.get("conversation_id") for p in pairs if p["split"] == "eval"}),
             "mean_margin": round(fmean(p["margin"] for p in pairs), 4) if pairs else None,
             "chosen_longer_fraction": chosen_longer_fraction(pairs), "chosen_longer_fraction_before_balance": before,
             "equal_length_pairs": sum(chosen_longer(p) is None for p in pairs), "dropped_for_length_balance": dropped}
@@ -154,7 +159,8 @@ def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics
     write_jsonl(out, pairs)
     m = {**pair_metrics_summary(pairs, params.score_margin, before, dropped), **(extra or {})}
     write_json(metrics, m)
-    print(f"{name}: {len(pairs)} pairs at margin {params.score_margin}, chosen longer in "
+    print(f"{name}: {len(pairs)} pairs at margin {params.score_margin}: train {m['train_pairs']} pairs of "
+          f"{m['train_conversations']} conversations, eval {m['eval_pairs']} of {m['eval_conversations']}; chosen longer in "
           f"{m['chosen_longer_fraction']} (before balancing {before}, {dropped} dropped) -> {out}")
 
 
@@ -167,8 +173,8 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     pairs = build_pairs(load_jsonl(candidates_path), load_jsonl(scores_path), queries,
                         load_personas(params.prepare.personas_file), params.pairs, params.heldout)
-    held = sum(is_held_out(q, params.heldout) for q in queries)
-    _finish("pairs", pairs, params.pairs, out, metrics, {"heldout_queries": held, "queries": len(queries)})
+    _finish("pairs", pairs, params.pairs, out, metrics,
+            {**split_counts(list(queries.values()), params.heldout), "queries": len(queries)})
 
 
 def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",

@@ -53,8 +53,12 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     if champion_version is not None and champion_version != version:
         champion_metrics = measure(RewardScorer.from_registry(f"models:/{name}@{p.alias}"), eval_pairs, personas)
     promoted, reason = registry.decide_promotion(new_metrics, champion_metrics, p.min_eval_accuracy,
-                                                 p.require_beat_length_baseline)
-    figures = {"eval_pairs": len(eval_pairs), "accuracy": new_metrics["accuracy"],
+                                                 p.require_beat_length_baseline, p.bar_on, params.stats.min_n)
+    too_few = len(eval_pairs) < params.stats.min_n
+    figures = {"eval_pairs": len(eval_pairs), "eval_conversations": new_metrics.get("conversations"),
+               "accuracy": new_metrics["accuracy"], "accuracy_ci_low": new_metrics.get("accuracy_ci_low"),
+               "accuracy_ci_high": new_metrics.get("accuracy_ci_high"), "bar_on": p.bar_on,
+               "too_few_to_tell": too_few,
                "length_baseline_accuracy": new_metrics.get("length_baseline_accuracy"),
                "accuracy_not_longer": new_metrics.get("accuracy_not_longer"),
                "mean_margin": new_metrics["mean_margin"], "compared_with_version": champion_version,
@@ -64,7 +68,8 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     registry.set_alias(name, alias, version, reason, figures)
     champion = version if promoted else champion_version
     # the decision as a DVC output: later stages refuse an alias that no longer resolves to this version
-    result = {"version": version, "promoted": promoted, "alias": alias, "reason": reason,
+    result = {"version": version, "promoted": promoted, "alias": alias, "reason": reason, "bar_on": p.bar_on,
+              "too_few_to_tell": too_few, "min_n": params.stats.min_n,
               "champion_version": champion, "champion_alias": p.alias,
               "champion_digest": registry.version_digest(name, champion) if champion is not None else None,
               "roundtrip_max_abs_diff": drift, **{f"new_{k}": v for k, v in new_metrics.items()},
@@ -91,6 +96,23 @@ def promote_by_hand(params, version: str, alias: str, reason: str, name: str | N
     print(f"promote: {name} @{alias}: v{previous} -> v{version} ({reason})")
 
 
+def parse_model_uri(uri: str) -> tuple[str, str]:
+    """(registered model name, "@alias" or version) of `models:/NAME@ALIAS` or `models:/NAME/VERSION`: the name
+    comes from the URI, never from params (the group reward model is probed as `models:/mascot-group-rm@...`)."""
+    from mascot.io import InputError
+
+    rest = uri.removeprefix("models:/")
+    if rest == uri or not rest:
+        raise InputError(f"--uri {uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
+    if "@" in rest:
+        name, alias = rest.split("@", 1)
+        return name, "@" + alias
+    name, _, version = rest.rpartition("/")
+    if not name or not version:
+        raise InputError(f"--uri {uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
+    return name, version
+
+
 def probe_main(params, uri: str | None = None) -> None:
     """Score the probe texts with a registry model in this (fresh) process, beside the scores the training
     process computed (kept on the version as the `probe_scores` tag)."""
@@ -99,12 +121,10 @@ def probe_main(params, uri: str | None = None) -> None:
     from mascot.data.personas import load_personas
 
     registry.setup_tracking(params)
-    name = params.train_rm.registered_model
-    uri = uri or f"models:/{name}@{params.promote.alias}"
-    ref = uri.split("/", 1)[1]
+    uri = uri or f"models:/{params.train_rm.registered_model}@{params.promote.alias}"
+    name, ref = parse_model_uri(uri)
     client = MlflowClient()
-    mv = (client.get_model_version_by_alias(name, ref.split("@", 1)[1]) if "@" in ref
-          else client.get_model_version(name, ref.split("/", 1)[1]))
+    mv = client.get_model_version_by_alias(name, ref[1:]) if ref.startswith("@") else client.get_model_version(name, ref)
     scorer = RewardScorer.from_registry(uri)
     scores = scorer.score(scorer.granularity.probe_items(load_personas(params.prepare.personas_file)))
     trained = json.loads(mv.tags.get("probe_scores", "null"))

@@ -148,32 +148,51 @@ def alias_version(name: str, alias: str) -> str | None:
 
 
 def decide_promotion(new: dict, champion: dict | None, min_accuracy: float,
-                     beat_length_baseline: bool = False) -> tuple[bool, str]:
+                     beat_length_baseline: bool = False, bar_on: str = "point",
+                     min_n: int | None = None) -> tuple[bool, str]:
     """The gate on eval pairs: accuracy at least `min_accuracy`, above the "longer reply wins" baseline (if
     asked), and not worse than the current champion on the same pairs (accuracy first; on a tie, the mean
-    margin decides). `new`/`champion` hold `accuracy` and `mean_margin` (and `length_baseline_accuracy`)."""
+    margin decides). `new`/`champion` hold `accuracy` and `mean_margin` (and `length_baseline_accuracy`, and
+    the interval `accuracy_ci_low`/`accuracy_ci_high` over `pairs`).
+
+    `bar_on: lower_bound` holds the interval's lower bound to the bar and the baseline, and below `min_n` pairs
+    refuses (too few to tell); `point` holds the point estimate, and below `min_n` the reason says that the
+    version was promoted on too few pairs to tell."""
     acc = new.get("accuracy")
     if acc is None:
         return False, "no eval pairs to measure accuracy on"
+    n = new.get("pairs")
+    few = min_n is not None and n is not None and n < min_n
+    shown = f"{acc:.4f} [{new.get('accuracy_ci_low')}, {new.get('accuracy_ci_high')}] on {n} pairs" if n else f"{acc:.4f}"
+    if bar_on == "lower_bound":
+        if few:
+            return False, (f"eval accuracy {shown}: too few to tell (n {n} < stats.min_n {min_n}); "
+                           "promote.bar_on: lower_bound promotes only on an interval: raise pairs.eval_fraction or "
+                           "add queries")
+        acc, where = (new.get("accuracy_ci_low") if new.get("accuracy_ci_low") is not None else 0.0), "lower bound "
+    else:
+        where = ""
     if acc < min_accuracy:
-        return False, f"eval accuracy {acc:.4f} is below the threshold {min_accuracy:.4f}"
+        return False, f"eval accuracy {where}{acc:.4f} ({shown}) is below the threshold {min_accuracy:.4f}"
     baseline = new.get("length_baseline_accuracy")
     beats = ""
     if beat_length_baseline and baseline is not None:
         if acc <= baseline:
-            return False, (f"eval accuracy {acc:.4f} does not beat the longer-reply-wins baseline {baseline:.4f} "
-                           "on the same pairs: the model may have learned length, not the rubric")
+            return False, (f"eval accuracy {where}{acc:.4f} ({shown}) does not beat the longer-reply-wins baseline "
+                           f"{baseline:.4f} on the same pairs: the model may have learned length, not the rubric")
         beats = f", above the longer-reply-wins baseline {baseline:.4f}"
+    few_words = f"; promoted on too few pairs to tell (n {n} < stats.min_n {min_n})" if few else ""
+    acc_words = f"eval accuracy {where}{acc:.4f} ({shown})" if n else f"eval accuracy {acc:.4f}"
     if champion is None:
-        return True, f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f}{beats}; no champion yet"
-    c_acc = champion["accuracy"]
-    if acc < c_acc:
-        return False, f"eval accuracy {acc:.4f} is worse than the champion's {c_acc:.4f} on the same eval pairs"
-    if acc == c_acc and new["mean_margin"] < champion["mean_margin"]:
-        return False, (f"eval accuracy ties the champion's ({acc:.4f}) and its mean margin "
+        return True, f"{acc_words} >= threshold {min_accuracy:.4f}{beats}; no champion yet{few_words}"
+    c_acc, point = champion["accuracy"], new["accuracy"]  # on the same pairs: point against point
+    if point < c_acc:
+        return False, f"eval accuracy {point:.4f} is worse than the champion's {c_acc:.4f} on the same eval pairs"
+    if point == c_acc and new["mean_margin"] < champion["mean_margin"]:
+        return False, (f"eval accuracy ties the champion's ({point:.4f}) and its mean margin "
                        f"{new['mean_margin']:.4f} is below the champion's {champion['mean_margin']:.4f}")
-    return True, (f"eval accuracy {acc:.4f} >= threshold {min_accuracy:.4f}{beats} and not worse than the champion "
-                  f"({c_acc:.4f}, margin {champion['mean_margin']:.4f})")
+    return True, (f"{acc_words} >= threshold {min_accuracy:.4f}{beats} and not worse than the champion "
+                  f"({c_acc:.4f}, margin {champion['mean_margin']:.4f}){few_words}")
 
 
 def set_alias(name: str, alias: str, version: str, reason: str, figures: dict[str, object]) -> None:

@@ -81,6 +81,8 @@ def run_journaled(keys: list[str], compute, journal: Journal | None, chunk_size:
     done = {key: record for key in keys if journal and (record := journal.get(journal_key[key]))}
     if stats is not None:
         stats.update(reused=len(done), total=len(keys))
+    if journal:  # a reused record is one this stage did not compute now: say how many
+        print(f"{label}: {len(done)} of {len(keys)} records reused from {journal.path}", flush=True)
     progress = bar(len(keys) * per_key, label, initial=len(done) * per_key)
     for start, end in chunks:
         if all(key in done for key in keys[start:end]):

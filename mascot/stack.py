@@ -345,25 +345,52 @@ def running(cfg: StackConfig) -> dict[str, list[int]]:
     return out
 
 
+# what `mascot stack up` needs beyond `make setup`: the team extra (and Debian's PostgreSQL)
+TEAM_MODULES = {"psycopg2": "postgres", "boto3": "mlflow"}
+DEPS_HINT = "install the team stack's dependencies with `make stack-deps` (the `team` extra and PostgreSQL)"
+
+
+def missing_modules(services: tuple[str, ...]) -> list[str]:
+    import importlib.util
+
+    return [m for m, service in TEAM_MODULES.items() if service in services and importlib.util.find_spec(m) is None]
+
+
 def up(cfg: StackConfig, services: tuple[str, ...] = SERVICES, timeout_s: float = 120.0) -> dict[str, float]:
-    """Start what is not running, wait for health; returns seconds to healthy per service started."""
+    """Start what is not running, wait for health; returns seconds to healthy per service started. A step that
+    fails stops every service this call started (what was running before is left alone) and says what failed."""
     for name in ("db_password", "s3_access_key", "s3_secret_key", "admin_password"):
         secret(name)  # fail before starting anything
+    missing = missing_modules(services)
+    if missing:
+        raise StackError(f"Python module(s) {', '.join(missing)} not installed: {DEPS_HINT}")
     cfg.save()
     (cfg.path / "logs").mkdir(parents=True, exist_ok=True)
-    live, took = running(cfg), {}
+    live, took, started = running(cfg), {}, []
     start = time.monotonic()
-    if "postgres" in services and not live["postgres"]:
-        start_postgres(cfg)
-        took["postgres"] = time.monotonic() - start
-    if "seaweedfs" in services and not live["seaweedfs"]:
-        start_seaweedfs(cfg)
-        took["seaweedfs"] = wait_until(lambda: s3_ready(cfg), f"SeaweedFS S3 on {cfg.s3_endpoint}", timeout_s,
-                                       cfg.path / "logs" / "seaweedfs.log", lambda: group_of(cfg, "seaweedfs"))
-    if "mlflow" in services and not live["mlflow"]:
-        start_mlflow(cfg)
-        took["mlflow"] = wait_until(lambda: mlflow_healthy(cfg), f"mlflow server on {cfg.tracking_uri}", timeout_s,
-                                    cfg.path / "logs" / "mlflow.log", lambda: group_of(cfg, "mlflow"))
+    steps = {
+        "postgres": lambda: start_postgres(cfg),
+        "seaweedfs": lambda: (start_seaweedfs(cfg), wait_until(
+            lambda: s3_ready(cfg), f"SeaweedFS S3 on {cfg.s3_endpoint}", timeout_s,
+            cfg.path / "logs" / "seaweedfs.log", lambda: group_of(cfg, "seaweedfs")))[1],
+        "mlflow": lambda: (start_mlflow(cfg), wait_until(
+            lambda: mlflow_healthy(cfg), f"mlflow server on {cfg.tracking_uri}", timeout_s,
+            cfg.path / "logs" / "mlflow.log", lambda: group_of(cfg, "mlflow")))[1],
+    }
+    for name in SERVICES:
+        if name not in services or live[name]:
+            continue
+        started.append(name)  # before the step: a step that fails half-way may have left its process running
+        try:
+            waited = steps[name]()
+        except BaseException as exc:
+            down(cfg, tuple(started))
+            left = {k: v for k, v in running(cfg).items() if v and k in started}
+            why = str(exc) if isinstance(exc, StackError) else f"{type(exc).__name__}: {exc}"
+            raise StackError(f"starting {name} failed: {why}; stopped what this `up` had started "
+                             f"({', '.join(reversed(started))})" + (f", but processes are left: {left}" if left else "")
+                             + (f"; {DEPS_HINT}" if isinstance(exc, ImportError) else "")) from exc
+        took[name] = waited if waited is not None else time.monotonic() - start
     took["total"] = time.monotonic() - start
     return took
 

@@ -13,6 +13,7 @@ class Counting:
 
     def __init__(self, inner):
         self.inner, self.model_name, self.samples, self.prompts = inner, inner.model_name, 0, 0
+        self.identity = inner.identity
 
     def sample(self, requests, progress=None):
         self.samples += sum(r.n for r in requests)
@@ -62,6 +63,41 @@ def test_generate_records_and_resume(tiny_backend, personas, demo_queries, tmp_p
     assert backend.samples == 2 * len(demo_queries)  # a param that shapes records invalidates them
 
 
+def test_journal_never_replays_another_models_records(personas, demo_queries, tmp_path, capsys):
+    """The same path with other weights, or the same weights in another dtype, is another model: a rerun
+    recomputes every record instead of handing back the old model's (and says how many it reused)."""
+    from mascot.config import LLMEndpoint
+    from mascot.llm.base_model import build_tiny_model
+    from mascot.llm.local_backend import LocalBackend
+
+    from tests.conftest import REPO
+
+    lines = (REPO / "data/demo/dialogues.jsonl").read_text().splitlines()
+    folder = tmp_path / "model"
+    params = GenerateParams(num_agents_per_query=2, max_tokens=6)
+
+    def run(seed_of_weights=None, dtype="float32"):
+        if seed_of_weights is not None:
+            build_tiny_model(folder, lines, seed=seed_of_weights)
+        backend = Counting(LocalBackend(LLMEndpoint(model=str(folder), batch_size=8, dtype=dtype)))
+        journal = Journal("generate", tmp_path / "resume")
+        out = generate_candidates(demo_queries, personas, params, backend, journal, chunk_size=2)
+        journal.close()
+        return out, backend.samples
+
+    first, computed = run(seed_of_weights=0)
+    assert computed == 2 * len(demo_queries)
+    again, computed = run()
+    assert computed == 0 and again == first  # same weights, same dtype: all reused
+    assert f"{len(demo_queries)} of {len(demo_queries)} records reused" in capsys.readouterr().out
+    swapped, computed = run(seed_of_weights=1)  # other weights at the same path
+    assert computed == 2 * len(demo_queries), "records of the old weights were replayed"
+    assert [c["text"] for c in swapped] != [c["text"] for c in first]
+    assert "0 of" in capsys.readouterr().out
+    _, computed = run(dtype="bfloat16")  # the same weights in another dtype
+    assert computed == 2 * len(demo_queries), "records of the float32 model were replayed in bfloat16"
+
+
 @pytest.mark.parametrize("mode", ["expected", "json"])
 def test_score_modes(tiny_backend, personas, demo_queries, mode):
     cands = generate_candidates(demo_queries, personas, GenerateParams(num_agents_per_query=2, max_tokens=6),
@@ -90,6 +126,7 @@ def test_low_choice_mass_is_unscored_not_invented(tiny_backend, personas, demo_q
 
 class Garbage:
     model_name = "garbage"
+    identity = {"backend": "fake", "model": "garbage"}
 
     def __init__(self):
         self.calls = 0

@@ -98,3 +98,37 @@ def test_ranks_sharing_a_pipe_unbuffered_never_splice_their_lines():
         lines = proc.stdout.read().splitlines()
     whole = [ln for ln in lines if re.fullmatch(r"train_rm\[rank [01]/2\]: x{60}", ln)]
     assert len(whole) == len(lines) == 6000, f"{len(lines) - len(whole)} lines spliced"
+
+
+def _defaults_that_differ(model_cls, data: dict, path: str = "") -> list[str]:
+    """Every key of `data` whose schema default (what applies when the key is deleted) differs from its value."""
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    out = []
+    for key, value in data.items():
+        name = next((n for n, f in model_cls.model_fields.items() if key in (n, f.alias)), None)
+        assert name is not None, f"{path}{key}: not in the schema"
+        field = model_cls.model_fields[name]
+        block = next((t for t in getattr(field.annotation, "__args__", (field.annotation,))
+                      if isinstance(t, type) and issubclass(t, BaseModel)), None)
+        if block is not None and isinstance(value, dict):
+            out += _defaults_that_differ(block, value, f"{path}{key}.")
+            continue
+        if field.is_required():
+            continue
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            default = default.model_dump()
+        if default is not PydanticUndefined and default != value:
+            out.append(f"{path}{key}: schema {default!r}, params.yaml {value!r}")
+    return out
+
+
+def test_schema_defaults_are_the_shipped_params(repo_root):
+    """One source of truth: deleting a key from the shipped params.yaml changes nothing."""
+    import yaml
+
+    from mascot.config import Params
+
+    assert _defaults_that_differ(Params, yaml.safe_load((repo_root / "params.yaml").read_text())) == []

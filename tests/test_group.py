@@ -44,6 +44,7 @@ class ScriptedText:
     """A Director backend that writes given texts (an unparseable one among them); a fake for this unit
     test of the rollout logic (the tiny-model and default runs use the real in-process backend)."""
     model_name = "scripted"
+    identity = {"backend": "fake", "model": "scripted"}
 
     def __init__(self, texts):
         self.texts = texts
@@ -83,7 +84,7 @@ def test_episodes_resume_from_the_journal_to_the_same_records(tiny_backend, pers
                               chunk_size=1)
 
     class Dies:
-        model_name, calls = tiny_backend.model_name, 0
+        model_name, identity, calls = tiny_backend.model_name, tiny_backend.identity, 0
 
         def sample(self, requests, progress=None):
             Dies.calls += 1

@@ -63,9 +63,37 @@ def test_split_by_query_is_deterministic_and_disjoint(personas, queries):
     for p in pairs:
         by_query.setdefault(p["query_id"], set()).add(p["split"])
     assert all(len(s) == 1 for s in by_query.values())
-    ids = [f"q{i}" for i in range(2000)]
+    ids = [{"query_id": f"q{i}"} for i in range(2000)]
     frac = sum(v == "eval" for v in split_of(ids, 0.1, 0).values()) / len(ids)
     assert 0.08 < frac < 0.12
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sibling_queries_of_one_conversation_share_a_split_for_every_seed(personas, seed):
+    """Two queries cut from one ESConv conversation (or two questions on one QMSum meeting) share their turns:
+    held out, train or eval, they always go together, whatever the seed."""
+    from mascot.config import HeldOutParams
+    from mascot.splits import conversation_of, is_held_out
+
+    heldout = HeldOutParams(fraction=0.3, seed=seed)
+    ids = [f"conv{c}@{turn}" for c in range(40) for turn in (3, 9, 15)]
+    cands, scores, queries = _scored(ids)
+    for q in queries.values():
+        q.update(dialogue_id=q["query_id"].split("@")[0], conversation_id=q["query_id"].split("@")[0])
+    role = {}
+    for q in queries.values():
+        role.setdefault(conversation_of(q), set()).add("heldout" if is_held_out(q, heldout) else "rest")
+    pairs = build_pairs(cands, scores, queries, personas,
+                        PairsParams(score_margin=0.5, eval_fraction=0.3, split_seed=seed), heldout)
+    for p in pairs:
+        role[p["conversation_id"]].add(p["split"])
+    assert all(r in ({"heldout"}, {"rest", "train"}, {"rest", "eval"}) for r in role.values()), role
+    assert {"heldout"} in role.values() and {"rest", "eval"} in role.values() and {"rest", "train"} in role.values()
+    # QMSum: the meeting is the conversation, whatever the question's own id
+    meeting = [{"query_id": f"qmsum-7-{k}", "dialogue_id": f"qmsum-7-{k}", "conversation_id": "qmsum-7"}
+               for k in range(6)]
+    assert len(set(split_of(meeting, 0.5, seed).values())) == 1
+    assert len({is_held_out(q, heldout) for q in meeting}) == 1
 
 
 def _scored(query_ids):

@@ -13,6 +13,13 @@ pytestmark = pytest.mark.integration
 
 from tests.conftest import ran_stages, sh
 
+
+def _json_of(text: str) -> dict:
+    """The indented JSON object a command printed after its log lines."""
+    import json
+
+    return json.loads(text[text.index("{\n"): text.rindex("}") + 1])
+
 def test_repro_runs_every_stage_then_nothing(dvc_repo):
     import json
 
@@ -122,6 +129,10 @@ open(".mascot/check_group.json", "w").write(json.dumps({"champion": str(champion
     assert out["director_tags"]["reward_model_uri"] == "models:/mascot-group-rm@champion"
     assert out["director_tags"]["reward_model_version"] == "1"
     assert out["conditions"] == ["base", "random", "round_robin", "trained"]  # one MLflow run per condition
+    # the probe of the group reward model reads the group model's own version and tags (the name is the URI's)
+    probe = _json_of(sh("mascot probe --uri models:/mascot-group-rm@champion", work, env))
+    assert probe["version"] == out["champion"] and probe["scores_in_training"] is not None
+    assert probe["max_abs_diff"] is not None and probe["max_abs_diff"] < 1e-4
     episodes = json.loads((work / "metrics/episodes.json").read_text())
     assert episodes["episodes"] == 3 * 3 and episodes["valid_branches"] + episodes["invalid_branches"] == 9
     evaluation = json.loads((work / "metrics/evaluate_group.json").read_text())

@@ -104,3 +104,92 @@ def test_training_throughput_counts_pairs_trained_per_second_of_training():
     # 2 s were evaluation passes
     out = training_throughput(10, params, 6, 1, 12.0, [{"loss": 1.0}, {"eval_runtime": 1.5}, {"eval_runtime": 0.5}])
     assert out == {"trained_pairs": 20, "time_eval_in_train_s": 2.0, "train_pairs_per_s": 2.0}
+
+
+def test_a_reward_model_is_refused_on_what_it_was_not_trained_with(tiny_model_dir, personas, tmp_path, monkeypatch):
+    """The adapter's meta is checked at load: its granularity is required, the reward text must be built as in
+    training (template hash), and the base folder must hold the weights it was trained on. Each refusal is one
+    line that names the adapter, what it was trained with, what is here and what to run."""
+    import shutil
+
+    import mlflow
+
+    from mascot.io import InputError
+    from mascot.llm.base_model import build_tiny_model
+    from tests.conftest import REPO
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    base = tmp_path / "small"
+    shutil.copytree(tiny_model_dir, base)
+    params = TrainRMParams(base_model=str(base), batch_size=2, epochs=1, max_length=512, eval_steps=2,
+                           lora=LoraParams(r=4, alpha=8))
+    out = tmp_path / "rm"
+    with mlflow.start_run():
+        train_reward_model(make_pairs(personas, 8), personas, params, out, tmp_path / "ckpt")
+    RewardScorer.from_dir(out)  # as trained: loads
+    meta_path = out / "mascot_reward.json"
+    meta = json.loads(meta_path.read_text())
+
+    def refused(**changed) -> str:
+        meta_path.write_text(json.dumps({k: v for k, v in {**meta, **changed}.items() if v is not None}))
+        with pytest.raises(InputError) as exc:
+            RewardScorer.from_dir(out)
+        meta_path.write_text(json.dumps(meta))
+        assert "\n" not in str(exc.value)
+        return str(exc.value)
+
+    assert "names no known granularity (None" in refused(granularity=None)
+    assert "retrain it (`dvc repro train_rm`" in refused(granularity=None)
+    assert f"built by template 0123abcd, but this code builds {REPLY.template_hash}" in refused(template_hash="0123abcd")
+    # other weights at the same path (another source, a re-conversion): refused, not silently put under the adapter
+    lines = (REPO / "data/demo/dialogues.jsonl").read_text().splitlines()
+    build_tiny_model(base, lines, seed=5)
+    with pytest.raises(InputError, match=f"trained on base weights {meta['base_model_digest']} .* but '{base}' holds"):
+        RewardScorer.from_dir(out)
+
+
+def test_the_template_hash_follows_every_part_of_the_reward_text(monkeypatch):
+    """The template, the transcript renderer and the cut mark all change it (the persona fields likewise)."""
+    import mascot.granularity as granularity
+    from mascot import transcript
+
+    before = REPLY.template_hash, granularity.BLOCK.template_hash
+    monkeypatch.setattr(granularity, "REWARD_REPLY_TEMPLATE", granularity.REWARD_REPLY_TEMPLATE + " ")
+    assert REPLY.template_hash != before[0]
+    monkeypatch.undo()
+    real_render = transcript.render
+    monkeypatch.setattr(transcript, "render", lambda *a, **k: real_render(*a, **k).upper())
+    assert (REPLY.template_hash, granularity.BLOCK.template_hash) != before
+    monkeypatch.undo()
+    monkeypatch.setattr(granularity, "persona_fields", lambda p: {"name": p.name, "role": p.role,
+                                                                  "description": p.description, "tone": p.role})
+    assert REPLY.template_hash != before[0]
+    monkeypatch.undo()
+    assert (REPLY.template_hash, granularity.BLOCK.template_hash) == before
+
+
+def test_probe_takes_the_registered_model_name_from_the_uri():
+    from mascot.io import InputError
+    from mascot.promote import parse_model_uri
+
+    assert parse_model_uri("models:/mascot-group-rm@champion") == ("mascot-group-rm", "@champion")
+    assert parse_model_uri("models:/mascot-group-rm/3") == ("mascot-group-rm", "3")
+    with pytest.raises(InputError, match="expected models:/NAME@ALIAS"):
+        parse_model_uri("runs:/abc/model")
+
+
+def test_promotion_on_too_few_pairs_says_so_and_the_interval_bar_refuses():
+    """Eight eval pairs, seven right: on the point estimate the version is promoted, and the reason says it was
+    on too few pairs to tell; with the bar on the interval's lower bound it is refused, in those words."""
+    pairs = [{"margin": 1.0, "chosen": [{"content": "a b"}], "rejected": [{"content": "c d"}]} for _ in range(8)]
+    m = pair_metrics(pairs, [1.0] * 7 + [0.0], [0.0] * 7 + [1.0])
+    assert m["pairs"] == 8 and m["accuracy"] == 0.875 and m["accuracy_too_few_to_tell"]
+    assert m["accuracy_ci_low"] is not None and m["accuracy_ci_low"] < 0.875 < m["accuracy_ci_high"] + 1e-9
+    ok, why = decide_promotion(m, None, 0.5, bar_on="point", min_n=10)
+    assert ok and "promoted on too few pairs to tell (n 8 < stats.min_n 10)" in why and "on 8 pairs" in why
+    ok, why = decide_promotion(m, None, 0.5, bar_on="lower_bound", min_n=10)
+    assert not ok and "too few to tell (n 8 < stats.min_n 10)" in why
+    many = pair_metrics(pairs * 3, [1.0] * 21 + [0.0] * 3, [0.0] * 21 + [1.0] * 3)
+    ok, why = decide_promotion(many, None, 0.5, bar_on="lower_bound", min_n=10)
+    assert ok and "eval accuracy lower bound" in why and "too few" not in why

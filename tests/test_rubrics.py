@@ -51,6 +51,7 @@ def test_a_bad_rubric_file_names_the_file_and_the_key(tmp_path, edit, words):
 class DigitJudge:
     """A stand-in judge for our own scoring logic: the digit it favours falls with the reply's length."""
     model_name = "digit-judge"
+    identity = {"backend": "fake", "model": "digit-judge"}
 
     def choice_distribution(self, prompts, choices):
         out = []

@@ -363,3 +363,54 @@ def test_stack_down_leaves_no_process_and_up_keeps_everything(stack, as_admin, d
     assert listening == []
     print(f"mascot stack down, up, down: {len(versions)} versions kept across it; {pids_of(status)} processes before "
           f"the last down, 0 after; ports {sorted(stack['ports'].values())} closed")
+
+
+def test_up_that_fails_half_way_stops_what_it_started_and_says_what_failed(monkeypatch):
+    """PostgreSQL and SeaweedFS start, then the MLflow step fails: `up` stops the two it started and names the
+    failure; a second `up` after the fix starts from a clean slate (no "Address already in use")."""
+    from mascot import stack
+
+    if not glob("/usr/lib/postgresql/*/bin/initdb"):
+        pytest.skip("PostgreSQL is not installed: `make stack-deps` (as root) or `apt-get install postgresql`")
+    root = Path(tempfile.mkdtemp(prefix="mascot-stack-half-"))
+    root.chmod(0o755)
+    for var, value in {"MASCOT_STACK_DB_PASSWORD": secrets.token_hex(8), "AWS_ACCESS_KEY_ID": "k" + secrets.token_hex(4),
+                       "AWS_SECRET_ACCESS_KEY": secrets.token_hex(12),
+                       "MLFLOW_AUTH_ADMIN_PASSWORD": secrets.token_hex(8)}.items():
+        monkeypatch.setenv(var, value)
+    cfg = stack.StackConfig(root=str(root), pg_port=free_port(), s3_port=free_port(), mlflow_port=free_port(),
+                            weed_master_port=free_port(), weed_volume_port=free_port(), weed_filer_port=free_port(),
+                            weed_metrics_port=free_port())
+
+    def broken_mlflow(cfg):
+        raise ModuleNotFoundError("No module named 'psycopg2'")
+
+    monkeypatch.setattr(stack, "start_mlflow", broken_mlflow)
+    try:
+        with pytest.raises(stack.StackError) as failed:
+            stack.up(cfg, ("postgres", "seaweedfs", "mlflow"), timeout_s=60)
+        message = str(failed.value)
+        assert "starting mlflow failed" in message and "psycopg2" in message and "make stack-deps" in message
+        assert "stopped what this `up` had started (mlflow, seaweedfs, postgres)" in message
+        assert not any(stack.running(cfg).values()), stack.running(cfg)
+        assert not stack.port_open(cfg.pg_port) and not stack.port_open(cfg.s3_port)
+        # the fix made: the same ports come up again
+        took = stack.up(cfg, ("postgres", "seaweedfs"), timeout_s=60)
+        assert set(took) == {"postgres", "seaweedfs", "total"}
+        stack.down(cfg, ("postgres", "seaweedfs"))
+        assert not any(stack.running(cfg).values())
+    finally:
+        stack.down(cfg)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_up_refuses_before_starting_anything_when_the_team_extra_is_missing(monkeypatch, tmp_path):
+    from mascot import stack
+
+    for var in ("MASCOT_STACK_DB_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_AUTH_ADMIN_PASSWORD"):
+        monkeypatch.setenv(var, "x")
+    monkeypatch.setattr(stack, "TEAM_MODULES", {"no_such_module_here": "postgres"})
+    with pytest.raises(stack.StackError, match="no_such_module_here not installed: install the team stack's "
+                                               "dependencies with `make stack-deps`"):
+        stack.up(stack.StackConfig(root=str(tmp_path / "s")))
+    assert not (tmp_path / "s").exists()

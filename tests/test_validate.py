@@ -170,8 +170,10 @@ def test_a_judge_at_chance_stops_or_warns_in_words(repo_root, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     write_jsonl("c.jsonl", cands), write_jsonl("s.jsonl", scores), write_jsonl("p.jsonl", pairs)
     write_json("metrics/judge_check.json", judge(0.58, 0.38, 0.50, 0.29))
+    write_jsonl("data/queries.jsonl", [{"query_id": f"q{i}", "conversation_id": f"c{i}"} for i in range(12)])
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
-    raw["validate"].update(min_judge_accuracy=0.5, judge_gate=level, max_constant_group_fraction=1.0)
+    raw["validate"].update(min_judge_accuracy=0.5, judge_gate=level, max_constant_group_fraction=1.0,
+                           min_eval_pairs=0)  # the dataset's pairs are all train: the judge is what is tested
     raw["pairs"]["score_margin"] = 0.5
     params = parse_params(raw)
     if level == "stop":
@@ -190,3 +192,28 @@ def test_a_judge_at_chance_stops_or_warns_in_words(repo_root, tmp_path, monkeypa
 
     repeat_judge_warning("train_rm")
     assert "train_rm: WARNING: the judge cannot be told from chance" in capsys.readouterr().out
+
+
+def test_a_conversation_in_two_splits_breaks_the_gate():
+    """Two queries of one conversation, one in train and one in eval: the reward model would be measured on a
+    conversation it trained on."""
+    cands, scores, pairs = dataset()
+    for p in pairs:
+        p["conversation_id"] = "esconv-3"
+    pairs[2]["query_id"], pairs[2]["split"] = "q2", "eval"  # a sibling query of the same conversation
+    results, quarantine = validate_data(cands, scores, pairs, margin=0.5, min_pairs=1)
+    assert ("pairs", "splits_of_conversation", "expect_column_values_to_be_between") in failures(results)
+
+
+@pytest.mark.parametrize("figure, counts, hint", [
+    ("eval_pairs", {"heldout_queries": 5}, "raise pairs.eval_fraction"),
+    ("heldout_queries", {"heldout_queries": 0}, "raise heldout.fraction"),
+])
+def test_a_split_too_small_for_later_stages_stops_the_gate_with_what_to_change(figure, counts, hint):
+    """No eval pair (promote could never measure the version) or no held-out query (the watch and evaluate have
+    nothing to use): the gate stops before training, and says which parameter to change."""
+    limits = {"min_train_pairs": 1, "min_eval_pairs": 1 if figure == "eval_pairs" else 0, "min_heldout_queries": 1}
+    results, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, split_counts=counts, split_limits=limits)
+    assert set(failures(results)) == {("splits", figure, "expect_column_values_to_be_between")}
+    text = summary(results)
+    assert f"split too small: {figure} = 0.0, below 1" in text and hint in text

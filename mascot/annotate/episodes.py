@@ -76,7 +76,7 @@ class LLMDirector:
                  constrained: bool = False, prefill: bool = True):
         self.backend, self.personas, self.style, self.sampling = backend, personas, style, sampling
         self.constrained, self.prefill = constrained, prefill or style == "transcript"
-        self.name = backend.model_name
+        self.name, self.identity = backend.model_name, backend.identity
 
     def settings(self) -> dict:
         return {**self.sampling.__dict__, "style": self.style, "constrained": self.constrained,
@@ -119,7 +119,7 @@ class ScriptedDirector:
         if order not in ("random", "round_robin"):
             raise ValueError(f"unknown speaking order '{order}' (random or round_robin)")
         self.names, self.order, self.seed = list(personas), order, seed
-        self.name = order
+        self.name = self.identity = order
 
     def settings(self) -> dict:
         return {"order": self.order, "seed": self.seed, "action": GENERIC_ACTION, "tone": GENERIC_TONE}
@@ -209,7 +209,7 @@ def episode_queries(queries: list[dict], max_queries: int | None, seed: int, hel
     the first `max_queries`."""
     from mascot.splits import is_held_out
 
-    queries = [q for q in queries if heldout is None or not is_held_out(q["query_id"], heldout)]
+    queries = [q for q in queries if heldout is None or not is_held_out(q, heldout)]
     ranked = sorted(queries, key=lambda q: hashlib.sha256(f"{seed}:{q['query_id']}".encode()).hexdigest())
     return ranked[:max_queries] if max_queries else ranked
 
@@ -230,7 +230,8 @@ def generate_episodes(queries: list[dict], personas: dict[str, Persona], params,
     models = {"director": director.name, "speaker": speaker_backend.model_name}
     record_sampling = {"speaker": sampling.__dict__, "director": director.settings(),
                        "branches": params.branches, "agent_turns": params.agent_turns, "user_turns": params.user_turns}
-    jobs = [(q, fingerprint(models, record_sampling, q["query_id"], q["context"], sorted(personas), _code_hash()))
+    computed_by = {"director": director.identity, "speaker": speaker_backend.identity}
+    jobs = [(q, fingerprint(computed_by, record_sampling, q["query_id"], q["context"], sorted(personas), _code_hash()))
             for q in queries]
 
     def compute(start: int, end: int) -> list[dict]:

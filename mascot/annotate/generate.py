@@ -43,7 +43,7 @@ def generate_candidates(queries: list[dict], personas: dict[str, Persona], param
             persona = resolve_persona(personas, name, f"query {q['query_id']}")
             prompt, stop = speaker_prompt(persona, q["context"], params.prompt_style)
             seed = request_seed(params.seed, q["query_id"], name)
-            key = fingerprint(backend.model_name, prompt, stop, params.temperature, params.top_p,
+            key = fingerprint(backend.identity, prompt, stop, params.temperature, params.top_p,
                               params.max_tokens, seed, params.num_agents_per_query)
             jobs.append((q, name, SampleRequest(prompt, params.num_agents_per_query, params.temperature,
                                                 params.top_p, params.max_tokens, stop, seed), key))

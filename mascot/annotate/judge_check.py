@@ -18,6 +18,7 @@ from mascot.annotate.score import score_units
 from mascot.config import ScoreParams
 from mascot.granularity import REPLY, Granularity
 from mascot.stats import correlation_matrix, first_component_share, mean_with_ci, pairwise_wins, spearman
+from mascot.io import InputError
 
 
 
@@ -195,7 +196,7 @@ def main(params, granularity: str = "reply") -> None:
     used = {q["dialogue_id"] for q in load_jsonl("data/queries.jsonl")} if Path("data/queries.jsonl").exists() else set()
     items = g.reference_set(dialogues, personas, p.max_context_tokens, token_counter(p.tokenizer), block, used)
     if not items:
-        raise ValueError(f"{stage}: the corpus gave no reference items (no user turn followed by enough supporter "
+        raise InputError(f"{stage}: the corpus gave no reference items (no user turn followed by enough supporter "
                          "turns, no QMSum answers); add a dialogue source")
     write_jsonl(items_path, items)
     modes = list(getattr(block, "modes", None) or [params.score.mode])

@@ -116,7 +116,7 @@ def score_units(units: list[dict], rubric: Rubric, params: ScoreParams, backend:
     jobs = []
     for unit in units:
         prompts = rubric_prompts(rubric, unit["item"], params, style) if not unit.get("skip") else None
-        key = fingerprint(unit["id"], backend.model_name, params.mode, prompts, params.max_tokens,
+        key = fingerprint(unit["id"], backend.identity, params.mode, prompts, params.max_tokens,
                           params.max_parse_retries, params.min_choice_mass, unit.get("skip"))
         jobs.append((unit, prompts, key))
     score_chunk = _score_expected if params.mode == "expected" else _score_json

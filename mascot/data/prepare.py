@@ -1,6 +1,7 @@
 """The `prepare` stage: corpora + personas -> queries."""
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from mascot.data.sources.esconv import load_esconv, load_esconv_hub
 from mascot.data.sources.jsonl import load_jsonl_dialogues
 from mascot.data.sources.qmsum import load_qmsum
 from mascot.io import BadRows, InputError, write_json, write_jsonl
+from mascot.splits import conversation_of, split_counts
 
 LOADERS = {"esconv": load_esconv, "qmsum": load_qmsum, "empathetic": load_empathetic,
            "jsonl": load_jsonl_dialogues, "hub-esconv": load_esconv_hub}
@@ -50,8 +52,17 @@ def main(params, out: str = "data/queries.jsonl", metrics: str = "metrics/prepar
         max_queries=spec.max_queries, min_user_chars=p.min_user_chars, seed=p.seed)]
     queries = sample_queries(pool, list(personas), p.personas_per_query, p.max_queries, p.seed)
     write_jsonl(out, queries)
+    splits = split_counts(queries, params.heldout)
     write_json(metrics, {"dialogues": len(dialogues), "queries": len(queries), "skipped_bad_rows": len(bad.messages),
+                         "conversations": len({conversation_of(q) for q in queries}), **splits,
                          "queries_by_source": dict(Counter(q["source"] for q in queries)),
                          "queries_by_persona": dict(Counter(n for q in queries for n in q["personas"]))})
     print(f"prepare: {len(dialogues)} dialogues -> {len(queries)} queries -> {out}"
-          + (f" ({len(bad.messages)} bad rows skipped)" if bad.messages else ""))
+          + (f" ({len(bad.messages)} bad rows skipped)" if bad.messages else "")
+          + f"; held out: {splits['heldout_queries']} queries of {splits['heldout_conversations']} conversations, "
+            f"the rest: {splits['trainable_queries']} of {splits['trainable_conversations']}")
+    if not splits["heldout_queries"] or not splits["trainable_queries"]:
+        empty = "held-out" if not splits["heldout_queries"] else "trainable"
+        print(f"prepare: WARNING: no {empty} query (heldout.fraction {params.heldout.fraction} over "
+              f"{splits['heldout_conversations'] + splits['trainable_conversations']} conversations): raise or lower "
+              "heldout.fraction, or add conversations; validate will stop the run", file=sys.stderr)

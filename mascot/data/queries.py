@@ -84,15 +84,17 @@ def build_queries(dialogues: list[Dialogue], persona_names: list[str], budget: i
     queries = []
     for d in dialogues:
         if d.source == "qmsum":
-            meta = {k: v for k, v in d.metadata.items() if k not in ("transcript", "focus_turns", "answer")}
+            meta = {k: v for k, v in d.metadata.items() if k not in ("transcript", "focus_turns", "answer", "conversation_id")}
             text = meeting_window(d.metadata["transcript"], d.metadata["focus_turns"], d.turns[-1].content,
                                   budget, count)
             queries.append({"query_id": d.id, "source": d.source, "dialogue_id": d.id,
+                            "conversation_id": d.metadata.get("conversation_id", d.id),
                             "context": [{"role": "user", "content": text}], "metadata": meta})
             continue
         for end in cut_points(d, per_dialogue, min_user_chars):
             context = context_window(d.turns[: end + 1], budget, count)
             queries.append({"query_id": f"{d.id}@{end}", "source": d.source, "dialogue_id": d.id,
+                            "conversation_id": d.metadata.get("conversation_id", d.id),
                             "context": context, "metadata": {**d.metadata, "turn_index": end}})
     return sample_queries(queries, persona_names, personas_per_query, max_queries, seed)
 

@@ -72,7 +72,8 @@ class BackendStats:
 
 
 class LLMBackend(Protocol):
-    model_name: str
+    model_name: str  # for people: a path or a served name
+    identity: dict  # for journals: what computes (weights' digest and dtype, or what the server reports)
 
     def sample(self, requests: list[SampleRequest], progress=None) -> list[list[Completion]]: ...
 

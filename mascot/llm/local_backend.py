@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from mascot.llm.identity import local_identity
+from mascot.precision import dtype_name
 from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, Prompt, SampleRequest, ends_in_assistant,
                                 strip_thinking)
 
@@ -34,7 +36,7 @@ class TokenCounts:
         return replace(self)
 
 
-# (model folder, dtype) -> the model loaded from it: a speaker and a judge on one model share one copy (held
+# (model folder, its weights' digest, dtype) -> the model loaded from it: a speaker and a judge on one model share one copy (held
 # weakly: it goes when the last backend using it does)
 _LOADED: "weakref.WeakValueDictionary[tuple[str, str], torch.nn.Module]" = weakref.WeakValueDictionary()
 
@@ -43,24 +45,30 @@ class LocalBackend:
     def __init__(self, endpoint):
         from transformers import AutoTokenizer
 
-        from mascot.precision import compute_dtype, dtype_name, load_causal_lm
+        from mascot.precision import compute_dtype, load_causal_lm
 
         tokenizer = AutoTokenizer.from_pretrained(endpoint.model)
         dtype = compute_dtype(endpoint.dtype)
-        key = (str(Path(endpoint.model).resolve()), dtype_name(dtype))
+        identity = local_identity(endpoint.model, dtype_name(dtype))
+        key = (str(Path(endpoint.model).resolve()), identity["weights"], dtype_name(dtype))  # new weights, new model
         model = _LOADED.get(key)
         if model is None:
             print(f"llm: {endpoint.model} in-process in {dtype_name(dtype)} (dtype: {endpoint.dtype})", file=sys.stderr)
             model = _LOADED[key] = load_causal_lm(endpoint.model, dtype)
         self._setup(model, tokenizer, endpoint.model, endpoint.batch_size, endpoint.chat_template_kwargs)
+        self.identity = identity
 
     @classmethod
     def from_model(cls, model, tokenizer, name: str, batch_size: int = 8,
-                   chat_template_kwargs: dict | None = None) -> "LocalBackend":
-        """Wrap a model already in memory (e.g. a base model with a merged policy adapter)."""
+                   chat_template_kwargs: dict | None = None, identity: dict | None = None) -> "LocalBackend":
+        """Wrap a model already in memory (e.g. a base model with a merged policy adapter). `identity`: what
+        computes (mascot/llm/identity.py); without it the name stands in, so such a backend is not for a journal."""
         self = cls.__new__(cls)
         self._setup(model, tokenizer, name, batch_size, chat_template_kwargs)
+        self.identity = identity or {"backend": "local", "in_memory": name, "dtype": dtype_name(model.dtype)}
         return self
+
+    identity: dict  # what computes: weights' digest and dtype (mascot/llm/identity.py); journals key on it
 
     def _setup(self, model, tokenizer, name: str, batch_size: int, chat_template_kwargs: dict | None = None) -> None:
         self.model_name, self.batch_size = name, batch_size

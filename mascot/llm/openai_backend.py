@@ -59,6 +59,7 @@ class OpenAIBackend:
         self._send_seed = endpoint.send_seed
         self.chat_template_kwargs = dict(endpoint.chat_template_kwargs)
         self.stats = BackendStats()
+        self._identity: dict | None = None
         self.on_request = None  # optional callable(body: dict): sees every request body (tests, debugging)
 
     def close(self) -> None:
@@ -79,6 +80,27 @@ class OpenAIBackend:
             device = server_device(url) or ("cpu" if "cpu" in (self.server_version() or "") else None)
             self._send_seed = device != "cpu"
         return bool(self._send_seed)
+
+    @property
+    def identity(self) -> dict:
+        """What computes behind the endpoint, for the journals: the served name, and what the server reports
+        the name stands for (vLLM's /v1/models `root`: the weights' path or repo, which changes when another model
+        is served under the same name) and its version. Asked once, of the first replica."""
+        if self._identity is None:
+            import json
+            import urllib.request
+
+            served = None
+            try:
+                with urllib.request.urlopen(f"{self.replicas.urls[0].rstrip('/')}/models",
+                                            timeout=min(self.timeout_s, 10)) as resp:
+                    listed = json.loads(resp.read()).get("data") or []
+                served = next((m.get("root") or m.get("id") for m in listed if m.get("id") == self.model_name), None)
+            except (OSError, ValueError, AttributeError):
+                pass
+            self._identity = {"backend": "openai", "model": self.model_name, "served": served,
+                              "version": self.server_version()}
+        return self._identity
 
     def server_version(self) -> str | None:
         """The server's self-reported version (vLLM's /version), or None where it has none."""

@@ -12,6 +12,7 @@ import json
 from mascot.annotate.director import DirectiveError, block_messages, director_prompt, directive_text, parse_directive
 from mascot.annotate.episodes import Branch, LLMDirector, Sampling, roll_forward
 from mascot.config import DirectorParams
+from mascot.io import InputError
 
 
 def director_states(episodes: list[dict], queries: dict[str, dict], personas: dict, params: DirectorParams) -> list[dict]:
@@ -37,7 +38,7 @@ def director_states(episodes: list[dict], queries: dict[str, dict], personas: di
             rows.append({"prompt": prompt, "query_id": e["query_id"], "context": json.dumps(context),
                          "turns": json.dumps(turns), "previous_speaker": previous})
     if not rows:
-        raise ValueError("train_director: no valid episodes to take Director states from; see metrics/episodes.json "
+        raise InputError("train_director: no valid episodes to take Director states from; see metrics/episodes.json "
                          "(invalid branches) and the episodes parameters")
     return rows[: params.max_prompts] if params.max_prompts else rows
 

@@ -23,6 +23,7 @@ from mascot.annotate.episodes import (Branch, DirectorPerBranch, LLMDirector, Sa
 from mascot.annotate.rubric import SCORE_CHOICES
 from mascot.granularity import BLOCK, REPLY
 from mascot.annotate.score import score_units
+from mascot.io import InputError
 
 
 def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) -> list[dict]:
@@ -118,7 +119,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     queries = held_out(all_queries, params.heldout, p.max_queries)  # never given episodes, never trained on
     given = {e["query_id"] for e in load_jsonl(episodes_path)} & {q["query_id"] for q in queries}
     if given:
-        raise ValueError(f"evaluate_group: held-out queries {sorted(given)} were given episodes: data/group/episodes.jsonl "
+        raise InputError(f"evaluate_group: held-out queries {sorted(given)} were given episodes: data/group/episodes.jsonl "
                          "is older than the held-out rule; rerun the episodes stage")
     by_q = {q["query_id"]: q for q in all_queries}
     rm_name, alias = params.train_group_rm.registered_model, d.reward_alias

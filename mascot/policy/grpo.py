@@ -11,6 +11,7 @@ import torch
 
 from mascot.annotate.generate import speaker_prompt
 from mascot.config import GRPOParams
+from mascot.io import InputError
 
 
 def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params: GRPOParams) -> list[dict]:
@@ -26,7 +27,7 @@ def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params:
         rows.append({"prompt": prompt, "persona": p["persona"], "query_id": p["query_id"],
                      "context": json.dumps(q["context"])})
     if not rows:
-        raise ValueError("train_grpo: no eval-split pairs to take prompts from; lower pairs.score_margin or add data")
+        raise InputError("train_grpo: no eval-split pairs to take prompts from; lower pairs.score_margin or add data")
     return rows[: params.max_prompts] if params.max_prompts else rows
 
 
@@ -93,7 +94,7 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
     # the same steps as one, faster
     per_step = params.prompts_per_step * params.num_generations
     if per_step % world_size():
-        raise ValueError(f"prompts_per_step x num_generations = {per_step} completions a step do not split over "
+        raise InputError(f"prompts_per_step x num_generations = {per_step} completions a step do not split over "
                          f"{world_size()} processes; make it a multiple of num_processes")
     config = grpo_config(params, checkpoint_dir, per_step // world_size(), reward_weights, on_gpu)
     lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
@@ -112,7 +113,7 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
     from mascot.launch import rank_tag
 
     if result.global_step == 0:
-        raise RuntimeError(f"GRPO ran 0 steps on {len(rows)} prompts: fewer prompts than one step takes "
+        raise InputError(f"GRPO ran 0 steps on {len(rows)} prompts: fewer prompts than one step takes "
                            f"(prompts_per_step {params.prompts_per_step}); add prompts or lower prompts_per_step")
     history = [h for h in trainer.state.log_history if "reward" in h]
     print(f"{(meta or {}).get('stage', 'grpo')}{rank_tag()}: {result.global_step} steps, {len(rows)} prompts, "
@@ -157,7 +158,7 @@ def champion_scorer(rm_name: str, alias: str, stage: str, promote_stage: str):
 
     version = registry.alias_version(rm_name, alias)
     if version is None:
-        raise ValueError(f"{stage}: registered model '{rm_name}' has no alias '{alias}'; run the {promote_stage} stage "
+        raise InputError(f"{stage}: registered model '{rm_name}' has no alias '{alias}'; run the {promote_stage} stage "
                          f"or `mascot promote --model {rm_name} --version N --alias {alias}`")
     uri = f"models:/{rm_name}@{alias}"
     return version, uri, RewardScorer.from_registry(uri)
@@ -192,7 +193,7 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
     from mascot.launch import is_main_process, world_size
 
     if p.watch.stop_when_over_optimising and world_size() > 1:
-        raise ValueError(f"{stage}.watch.stop_when_over_optimising: the watch runs on the main rank only, so it "
+        raise InputError(f"{stage}.watch.stop_when_over_optimising: the watch runs on the main rank only, so it "
                          f"cannot stop {world_size()} DDP ranks together; turn it off, or train with num_processes 1")
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
         train_policy(rows, reward_funcs, weights, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"),

@@ -16,8 +16,14 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
         return {"pairs": 0, "accuracy": None, "mean_margin": None}
     from mascot.pairs import chosen_longer
 
+    from mascot.stats import mean_with_ci
+
     correct = [c > r for c, r in zip(chosen_scores, rejected_scores)]
-    out = {"pairs": len(pairs), "accuracy": round(fmean(correct), 4),
+    fig = mean_with_ci([float(x) for x in correct], null=0.5)  # n, interval, sign test, too few to tell
+    out = {"pairs": len(pairs), "accuracy": round(fmean(correct), 4), "accuracy_ci_low": fig["ci_low"],
+           "accuracy_ci_high": fig["ci_high"], "accuracy_p_sign": fig["p_sign"],
+           "accuracy_too_few_to_tell": fig["too_few_to_tell"],
+           "conversations": len({p.get("conversation_id") or p.get("query_id") for p in pairs}),
            "mean_margin": round(fmean(c - r for c, r in zip(chosen_scores, rejected_scores)), 4)}
     # The shortcut a reward model may have learned instead of the rubric: "the longer reply wins" (a tie in
     # length is a coin flip). The model's accuracy where the chosen reply is NOT the longer one says

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from mascot.granularity import CUT_MARK, Granularity
+from mascot.io import InputError
 
 def reward_input_ids(tokenizer, granularity: Granularity, persona: dict | None, context: list[dict], side,
                      max_length: int) -> tuple[list[int], bool]:
@@ -50,7 +51,7 @@ def cut_to_fit(tokenizer, text_of: Callable[[list[dict]], str], context: list[di
             lo = mid + 1
     ids = encode([{**ctx[0], "content": CUT_MARK + " ".join(words[lo:])}] if ctx else [])
     if len(ids) > max_length:
-        raise ValueError(f"reward input is {len(ids)} tokens even with no context; raise max_length "
+        raise InputError(f"reward input is {len(ids)} tokens even with no context; raise max_length "
                          f"(train_rm or train_group_rm) above {len(ids)} (the {unit} is never cut)")
     return ids, True
 

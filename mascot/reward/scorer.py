@@ -18,31 +18,30 @@ class RewardScorer:
         self.granularity = granularity  # what the model scores: its inputs are built as it was trained on
 
     @classmethod
-    def from_dir(cls, adapter_dir: str | Path, base_model: str | None = None, batch_size: int = 8) -> "RewardScorer":
+    def from_dir(cls, adapter_dir: str | Path, base_model: str | None = None, batch_size: int = 8,
+                 label: str | None = None) -> "RewardScorer":
+        """The adapter in `adapter_dir` on its base model, after checking that both are what it was trained with
+        (`check_trained_with`); `label` names it in messages (a registry URI)."""
         from peft import PeftModel
         from transformers import AutoTokenizer
 
         adapter_dir = Path(adapter_dir)
         meta = json.loads((adapter_dir / META_FILE).read_text())
-        tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
         base_path = base_model or meta["base_model"]
-        if not (Path(base_path) / "config.json").exists():
-            from mascot.io import InputError
-
-            # the registry holds only the adapter; its base is a DVC output of this project
-            raise InputError(f"{adapter_dir}: the adapter's base model '{base_path}' is not here; fetch it with "
-                             f"`dvc pull` (e.g. `dvc pull small_model`) or build it with `dvc repro`")
+        g = check_trained_with(meta, base_path, label or str(adapter_dir))
+        tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
         base = load_base_classifier(base_path, tokenizer)
         model = PeftModel.from_pretrained(base, adapter_dir)
         model.eval()
-        return cls(model, tokenizer, meta["max_length"], batch_size, GRANULARITIES[meta.get("granularity", "reply")])
+        return cls(model, tokenizer, meta["max_length"], batch_size, g)
 
     @classmethod
     def from_registry(cls, model_uri: str, base_model: str | None = None, batch_size: int = 8) -> "RewardScorer":
         import mlflow
 
         local = mlflow.artifacts.download_artifacts(artifact_uri=model_uri)
-        return cls.from_dir(local, base_model, batch_size)
+        return cls.from_dir(local, base_model, batch_size, label=model_uri)
+
 
     @torch.inference_mode()
     def score_ids(self, batch_ids: list[list[int]]) -> list[float]:
@@ -62,6 +61,36 @@ class RewardScorer:
         function of this model's granularity."""
         g = self.granularity
         return self.score_ids([reward_input_ids(self.tokenizer, g, p, c, r, self.max_length)[0] for p, c, r in items])
+
+
+def check_trained_with(meta: dict, base_path: str | Path, label: str) -> Granularity:
+    """The granularity a reward adapter scores, once its meta agrees with what is here: the granularity is named,
+    the reward text is built as it was in training (Granularity.template_hash), and the base model holds the
+    weights it was trained on (their digest). Anything else is refused in one line: what, and what to run."""
+    from mascot.io import InputError
+    from mascot.llm.identity import folder_digest
+
+    trained = f"{label} (trained at git {meta.get('git_commit', 'unknown')[:12]})"
+    retrain = "retrain it (`dvc repro train_rm`, or train_group_rm) or check out the code and base it was trained with"
+    name = meta.get("granularity")
+    if name not in GRANULARITIES:
+        raise InputError(f"{trained}: its meta ({META_FILE}) names no known granularity ({name!r}, expected one of "
+                         f"{sorted(GRANULARITIES)}), so what it scores cannot be told; {retrain}")
+    g = GRANULARITIES[name]
+    if meta.get("template_hash") != g.template_hash:
+        raise InputError(f"{trained}: trained on {name} reward text built by template {meta.get('template_hash')}, "
+                         f"but this code builds {g.template_hash} (the template, transcript renderer, persona fields "
+                         f"or cut mark changed); {retrain}")
+    if not (Path(base_path) / "config.json").exists():
+        # the registry holds only the adapter; its base is a DVC output of this project
+        raise InputError(f"{trained}: the adapter's base model '{base_path}' is not here; fetch it with "
+                         f"`dvc pull` (e.g. `dvc pull small_model`) or build it with `dvc repro`")
+    here = folder_digest(base_path)
+    if meta.get("base_model_digest") != here:
+        raise InputError(f"{trained}: trained on base weights {meta.get('base_model_digest')} "
+                         f"({meta.get('base_model_source', 'source unknown')}), but '{base_path}' holds {here}; "
+                         f"rebuild that base (`dvc checkout small_model` at the commit it was trained at) or {retrain}")
+    return g
 
 
 def load_base_classifier(base_model: str, tokenizer):

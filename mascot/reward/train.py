@@ -12,8 +12,10 @@ import torch
 
 from mascot.config import TrainRMParams
 from mascot.granularity import GRANULARITIES, REPLY, Granularity
+from mascot.llm.identity import folder_digest
 from mascot.reward.prompt import reward_input_ids
 from mascot.reward.scorer import META_FILE, RewardScorer, load_base_classifier
+from mascot.io import InputError
 
 def probe_items(personas: dict, granularity: str = "reply") -> list[tuple]:
     return GRANULARITIES[granularity].probe_items(personas)
@@ -72,7 +74,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     train_pairs = [p for p in pairs if p["split"] == "train"]
     eval_pairs = [p for p in pairs if p["split"] == "eval"]
     if not train_pairs:
-        raise ValueError(f"{g.rm_block}: the pairs file has no "
+        raise InputError(f"{g.rm_block}: the pairs file has no "
                          "train-split pairs; lower the pairs' score_margin or add data")
     timings, last = {}, [time.perf_counter()]  # the fixed costs around training, logged as time_* metrics
 
@@ -123,6 +125,8 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:
         return None
+    from mascot.registry import base_model_tags, git_state
+
     shutil.rmtree(out_dir, ignore_errors=True)
     trainer.model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -130,6 +134,10 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     (out_dir / META_FILE).write_text(json.dumps({
         "base_model": params.base_model, "max_length": params.max_length, "granularity": granularity,
         "template_hash": g.template_hash, "num_labels": 1,
+        # what RewardScorer.from_dir checks at load: the base weights' digest, where they came from, the code
+        "base_model_digest": folder_digest(params.base_model),
+        "base_model_source": base_model_tags(params.base_model).get("base_model_source"),
+        "git_commit": git_state()["git_commit"],
         "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
 
     lap("save_s")

@@ -31,7 +31,7 @@ def run_suite(context, name: str, df: pd.DataFrame, expectations: list) -> list[
             "unexpected_index_list": res.get("unexpected_index_list") or [],
             "exception": (r.exception_info or {}).get("exception_message") if not r.success else None,
             "observed": (None if df.empty or cfg.kwargs.get("column") not in df.columns
-                         else _plain(df[cfg.kwargs["column"]].iloc[0])) if name == "judge" else None,
+                         else _plain(df[cfg.kwargs["column"]].iloc[0])) if name in ("judge", "splits") else None,
         })
     return rows
 
@@ -43,13 +43,16 @@ def _plain(value):
 def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict], margin: float,
                   min_pairs: int, judge_check: dict | None = None, judge_limits: dict | None = None,
                   granularity: Granularity = REPLY, judge_bar_on: str = "lower_bound",
-                  rubric=None) -> tuple[list[dict], list[dict]]:
+                  rubric=None, split_counts: dict | None = None,
+                  split_limits: dict | None = None) -> tuple[list[dict], list[dict]]:
     """All expectation results and the quarantined rows (each with the expectations it broke). `candidates`
     are the units of `granularity`: candidate replies (stage 1) or episodes (stage 2); `rubric` the one they
     were scored on (default: the granularity's shipped rubric).
 
     With `judge_check` (its metrics) and `judge_limits` (min_judge_accuracy, max_constant_group_fraction,
-    max_empty_reason_fraction), the judge's own quality is gated too: table `judge`, one column a figure."""
+    max_empty_reason_fraction), the judge's own quality is gated too: table `judge`, one column a figure. With
+    `split_limits` (min_train_pairs, min_eval_pairs, min_heldout_queries), each split's size: table `splits`
+    (`split_counts`: splits.split_counts of the queries, for the held-out split)."""
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
@@ -68,8 +71,12 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
         frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores, rubric, g.group_fields),
                                              judge_bar_on, g)
         plans["judge"] = suites.judge_suite(frames["judge"], **judge_limits, g=g)
+    if split_limits is not None:
+        frames["splits"] = suites.splits_frame(pairs, split_counts or {})
+        plans["splits"] = suites.splits_suite(**split_limits)
     results = [row for name in frames for row in run_suite(context, name, frames[name], plans[name])]
-    sources = {units: candidates, "scores": scores, "pairs": pairs, "judge": frames["judge"].to_dict("records") if "judge" in frames else []}
+    sources = {units: candidates, "scores": scores, "pairs": pairs, "judge": frames["judge"].to_dict("records") if "judge" in frames else [],
+               "splits": frames["splits"].to_dict("records") if "splits" in frames else []}
     broken: dict[tuple[str, int], list[str]] = {}
     for r in results:
         for idx in r["unexpected_index_list"]:
@@ -112,6 +119,17 @@ JUDGE_HINTS = {
 }
 
 
+SPLIT_HINTS = {
+    "train_pairs": "pairs in the train split, which the reward model trains on (bar: validate.min_train_pairs): "
+                   "add queries (prepare.sources' max_queries), lower {pairs}.score_margin or {pairs}.eval_fraction",
+    "eval_pairs": "pairs in the eval split, which promote's gate measures (bar: validate.min_eval_pairs): raise "
+                  "{pairs}.eval_fraction or add queries (prepare.sources' max_queries); a version that cannot be "
+                  "measured can never be promoted",
+    "heldout_queries": "held-out queries, which the watch, evaluate and evaluate_group use (bar: "
+                       "validate.min_heldout_queries): raise heldout.fraction or add queries",
+}
+
+
 def summary(results: list[dict], g: Granularity = REPLY) -> str:
     failed = [r for r in results if not r["success"]]
     if not failed:
@@ -123,6 +141,10 @@ def summary(results: list[dict], g: Granularity = REPLY) -> str:
             lines.append(f"  - judge quality: {r['column']} = {r.get('observed')} is outside "
                          f"{json.dumps({k: v for k, v in r['kwargs'].items() if k in ('min_value', 'max_value')})}"
                          f" ({JUDGE_HINTS.get(r['column']) or g.judge_figure_hint(r['column'])})")
+            continue
+        if r["table"] == "splits":
+            lines.append(f"  - split too small: {r['column']} = {r.get('observed')}, below {r['kwargs'].get('min_value')} "
+                         f"({SPLIT_HINTS[r['column']].format(pairs=g.pairs_block)})")
             continue
         what = (f"{r['unexpected_count']} of {r['element_count']} rows unexpected"
                 if r["column"] else f"observed {r['element_count']}")

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from mascot.io import load_jsonl, write_json, write_jsonl
+from mascot.splits import split_counts
 from mascot.validate.gate import chance_warning, html_report, judge_accuracy_failures, summary, validate_data
 
 
@@ -14,7 +15,7 @@ class GateFailed(SystemExit):
 
 def main(params, candidates_path: str | None = None, scores_path: str | None = None, pairs_path: str | None = None,
          report_dir: str | None = None, judge_check_path: str | None = None, granularity: str = "reply",
-         metrics_path: str | None = None) -> None:
+         metrics_path: str | None = None, queries_path: str = "data/queries.jsonl") -> None:
     """The gate of one granularity: its units, scores and pairs (the files `Granularity.files` names) and its
     judge (the figures in `Granularity.judge_check_metrics`, held to its params block's min_judge_accuracy).
     A path given overrides the granularity's file."""
@@ -29,6 +30,7 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
     pairs_path = pairs_path or g.files["pairs"]
     candidates, scores = load_jsonl(candidates_path), load_jsonl(scores_path)
     pairs = load_jsonl(pairs_path)
+    counts = split_counts(load_jsonl(queries_path), params.heldout)
     v = params.validate_
     bar = g.min_judge_accuracy(params)
     judge_check_path = judge_check_path or g.judge_check_metrics
@@ -41,7 +43,11 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
                                         judge_check=judge_check, judge_bar_on=v.judge_bar_on,
                                         judge_limits={"min_judge_accuracy": bar,
                                                       "max_constant_group_fraction": v.max_constant_group_fraction,
-                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction})
+                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction},
+                                        split_counts=counts,
+                                        split_limits={"min_train_pairs": v.min_train_pairs,
+                                                      "min_eval_pairs": v.min_eval_pairs,
+                                                      "min_heldout_queries": v.min_heldout_queries})
     scored = sum(s["status"] == "scored" for s in scores)
     if scores and scored / len(scores) < params.validate_.min_scored_fraction:
         results.append({"table": "scores", "expectation": "min_scored_fraction", "column": None,

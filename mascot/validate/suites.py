@@ -1,7 +1,7 @@
 """Great Expectations suites for units (candidates or episodes), scores and pairs, at either granularity.
 
 Checks that GE has no built-in for on pandas (total = mean of dimensions, chosen - rejected >= margin,
-split disjoint by query, ids linked across files, no self-pairs, both sides from the pair's own group)
+split disjoint by conversation, ids linked across files, no self-pairs, both sides from the pair's own group)
 become derived columns with a plain range or set expectation, so every failure still reports its rows.
 """
 from __future__ import annotations
@@ -71,6 +71,8 @@ def pairs_frame(pairs: list[dict], scores: list[dict], g: Granularity = REPLY) -
     group_of = {s[g.unit_id]: tuple(s.get(f) for f in g.group_fields) for s in scores}
     df = pd.DataFrame([{
         "pair_id": p.get("pair_id"), "query_id": p.get("query_id"), "split": p.get("split"),
+        # pairs written before conversation ids: the query stands in (the check is then only per query)
+        "conversation_id": p.get("conversation_id") or p.get("query_id"),
         "score_chosen": p.get("score_chosen"), "score_rejected": p.get("score_rejected"), "margin": p.get("margin"),
         "chosen_text": _side_text(p.get("chosen")), "rejected_text": _side_text(p.get("rejected")),
         "chosen_id": p.get("chosen_id"), "rejected_id": p.get("rejected_id"),
@@ -78,7 +80,7 @@ def pairs_frame(pairs: list[dict], scores: list[dict], g: Granularity = REPLY) -
         # both sides come from the pair's own group (stage 1: query and persona; stage 2: the same prefix)
         "same_group": (group_of.get(p.get("chosen_id"), 0) == group_of.get(p.get("rejected_id"), 1)
                        == tuple(p.get(f) for f in g.group_fields)),
-    } for p in pairs], columns=["pair_id", "query_id", "split", "score_chosen", "score_rejected", "margin",
+    } for p in pairs], columns=["pair_id", "query_id", "conversation_id", "split", "score_chosen", "score_rejected", "margin",
                                 "chosen_text", "rejected_text", "chosen_id", "rejected_id", "self_pair",
                                 "same_group"])
     df["gap"] = df["score_chosen"] - df["score_rejected"]
@@ -88,6 +90,7 @@ def pairs_frame(pairs: list[dict], scores: list[dict], g: Granularity = REPLY) -
     df["rejected_chars"] = df["rejected_text"].str.strip().str.len()
     df["ids_linked"] = df["chosen_id"].isin(scored) & df["rejected_id"].isin(scored)
     df["splits_of_query"] = df.groupby("query_id")["split"].transform("nunique") if len(df) else []
+    df["splits_of_conversation"] = df.groupby("conversation_id")["split"].transform("nunique") if len(df) else []
     return df
 
 
@@ -107,7 +110,26 @@ def pairs_suite(df: pd.DataFrame, margin: float, min_pairs: int) -> list:
         gxe.ExpectColumnValuesToBeInSet(column="same_group", value_set=[True]),
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "eval"]),
         gxe.ExpectColumnValuesToBeBetween(column="splits_of_query", min_value=1, max_value=1),
+        gxe.ExpectColumnValuesToBeBetween(column="splits_of_conversation", min_value=1, max_value=1),
     ]
+
+
+SPLIT_FIGURES = ("train_pairs", "eval_pairs", "heldout_queries")
+
+
+def splits_frame(pairs: list[dict], counts: dict) -> pd.DataFrame:
+    """One row: each split's size (pairs and conversations; held-out queries from `counts`, splits.split_counts):
+    a split too small for what later stages do with it stops the gate, not a training run hours later."""
+    row = {f"{split}_{what}": n for split in ("train", "eval") for what, n in (
+        ("pairs", sum(p.get("split") == split for p in pairs)),
+        ("conversations", len({p.get("conversation_id") or p.get("query_id") for p in pairs if p.get("split") == split})))}
+    row.update(heldout_queries=counts.get("heldout_queries", 0), heldout_conversations=counts.get("heldout_conversations", 0))
+    return pd.DataFrame([row], dtype=float)
+
+
+def splits_suite(min_train_pairs: int, min_eval_pairs: int, min_heldout_queries: int) -> list:
+    return [gxe.ExpectColumnValuesToBeBetween(column=name, min_value=bar) for name, bar in
+            zip(SPLIT_FIGURES, (min_train_pairs, min_eval_pairs, min_heldout_queries))]
 
 
 def judge_frame(judge_check: dict, score_metrics: dict, bar_on: str = "lower_bound", g: Granularity = REPLY) -> pd.DataFrame:

@@ -60,7 +60,9 @@ def load_qmsum(path: str | Path, bad: BadRows) -> list[Dialogue]:
                 dialogues.append(Dialogue(
                     id=f"qmsum-{lineno}-{k}", source="qmsum",
                     turns=[Turn("user", query)],
-                    metadata={"meeting_domain": domain, "query_kind": kind, "meeting_line": lineno,
+                    # the meeting is the conversation: its questions share one transcript (mascot/splits.py)
+                    metadata={"conversation_id": f"qmsum-{lineno}", "meeting_domain": domain, "query_kind": kind,
+                              "meeting_line": lineno,
                               "transcript": turns, "focus_turns": focus,
                               "answer": " ".join(str(q.get("answer") or "").split()) or None}))
     return dialogues
