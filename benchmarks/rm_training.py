@@ -78,7 +78,7 @@ def side_ours(workdir: Path) -> dict:
     from mascot.reward.train import train_reward_model
 
     params = load_params(REPO / "params.yaml")
-    p = params.train_rm.model_copy(update={"epochs": 1, "eval_steps": 10**6, "save_steps": 10**6})
+    p = params.train_rm.model_copy(update={"epochs": 1, "eval_steps": 10**6, "checkpoint_steps": 10**6})
     pairs = load_jsonl(workdir / "pairs.jsonl")
     result = train_reward_model(pairs, load_personas(params.prepare.personas_file), p, workdir / "ours",
                                 workdir / "ours-ckpt", None, report_to=())

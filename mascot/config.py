@@ -277,7 +277,9 @@ class TrainRMParams(LaunchFields):
     epochs: float = Field(2, gt=0)
     max_length: int = Field(512, ge=32)
     eval_steps: int = Field(5, ge=1)
-    save_steps: int = Field(100, ge=1)
+    # a checkpoint every N steps under .mascot/checkpoints/<stage>/<key of the inputs>: a rerun with the same
+    # inputs resumes from the last one (mascot/checkpoints.py)
+    checkpoint_steps: int = Field(10, ge=1)
     save_total_limit: int = Field(3, ge=1)
     use_margin: bool = False  # TRL's margin loss: -logsigmoid(r_c - r_r - margin)
     seed: int = 0
@@ -346,6 +348,9 @@ class GRPOParams(LaunchFields):
     format_weight: float = 0.5
     max_prompts: int | None = Field(None, ge=1)
     seed: int = 0
+    # a checkpoint every N steps (the adapter, optimizer, scheduler, RNG and the watch's history): a rerun with the
+    # same inputs resumes from the last one (mascot/checkpoints.py)
+    checkpoint_steps: int = Field(4, ge=1)
     watch: WatchParams = WatchParams()
     # passed through to TRL's GRPOConfig (bf16, gradient_checkpointing, use_vllm, vllm_mode, num_iterations,
     # loss_type, deepspeed, ...): checked against it at start-up; a key this block already has is refused

@@ -16,13 +16,15 @@ OWNED = {
     "reward": {"output_dir": None, "report_to": None, "per_device_train_batch_size": "batch_size",
                "per_device_eval_batch_size": "batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
                "learning_rate": "learning_rate", "num_train_epochs": "epochs", "max_length": "max_length",
-               "eval_steps": "eval_steps", "save_steps": "save_steps", "save_total_limit": "save_total_limit",
+               "eval_steps": "eval_steps", "save_steps": "checkpoint_steps", "save_strategy": None,
+               "save_total_limit": "save_total_limit",
                "seed": "seed"},
     "grpo": {"output_dir": None, "report_to": None, "reward_weights": "reward_weight / format_weight",
              "per_device_train_batch_size": "prompts_per_step (x num_generations)",
              "num_generations": "num_generations", "max_completion_length": "max_completion_length",
              "max_steps": "max_steps", "beta": "beta", "learning_rate": "learning_rate",
-             "temperature": "temperature", "seed": "seed"},
+             "temperature": "temperature", "seed": "seed", "save_steps": "checkpoint_steps", "save_strategy": None,
+             "save_total_limit": None},
 }
 
 

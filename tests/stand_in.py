@@ -25,6 +25,21 @@ class StandIn(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    served_root: str = "/weights/m"  # what GET /v1/models reports the served name stands for (vLLM: `root`)
+
+    def do_GET(self):
+        if not self.path.endswith("/models"):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = json.dumps({"object": "list", "data": [{"id": "m", "object": "model", "root": type(self).served_root}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_POST(self):
         cls = type(self)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -93,6 +108,7 @@ class StandInServer(ThreadingHTTPServer):
 def server():
     StandIn.bodies, StandIn.fail_first, StandIn.ok_budget, StandIn.fault = [], 0, None, "503"
     StandIn.chat_prefix, StandIn.json_reply, StandIn.chars_per_token = "", None, None
+    StandIn.served_root = "/weights/m"
     httpd = StandInServer(("127.0.0.1", 0), StandIn)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)

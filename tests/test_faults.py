@@ -56,7 +56,7 @@ def test_stalled_server_times_out_with_retries(server, many_queries, personas, t
 def test_garbage_answer_is_a_clear_error_not_a_retry(server, many_queries, personas, tmp_path):
     StandIn.ok_budget, StandIn.fault = 0, "garbage"
     with pytest.raises(ServerError, match=r"\(not retried\)"):
-        generate_candidates(many_queries[:1], personas, GenerateParams(num_agents_per_query=1),
+        generate_candidates(many_queries[:1], personas, GenerateParams(num_agents_per_query=1, prompt_style="transcript"),
                             client(server, max_retries=3), Journal("g", tmp_path))
     prompts = [b["prompt"] for _, b in StandIn.bodies]
     assert 1 <= len(prompts) <= 4 and len(prompts) == len(set(prompts))  # none was sent twice

@@ -151,3 +151,24 @@ def test_an_unparseable_json_reply_is_retried_sampled_not_greedy(server, persona
                                  backend(server, send_seed=False), prompt_style="chat")
     assert record["status"] == "unscored" and record["attempts"] == 3 and len(record["raw_replies"]) == 3
     assert [b["temperature"] for _, b in StandIn.bodies] == [0.0, 0.7, 0.7]
+
+
+def test_a_server_serving_other_weights_under_the_same_name_gets_every_request_again(server, personas, tmp_path):
+    """The served name stays `m`; what the server reports it stands for (vLLM's /v1/models `root`) changed: the
+    journal's records of the old model are not handed back."""
+    from mascot.annotate.generate import generate_candidates
+    from mascot.config import GenerateParams
+    from mascot.resume import Journal
+
+    queries = [{"query_id": f"q{i}", "personas": ["The Anchor"], "context": [{"role": "user", "content": f"hi {i}"}]}
+               for i in range(3)]
+    params = GenerateParams(num_agents_per_query=1)
+    generate_candidates(queries, personas, params, backend(server), Journal("g", tmp_path))
+    assert len(StandIn.bodies) == 3
+    generate_candidates(queries, personas, params, backend(server), Journal("g", tmp_path))
+    assert len(StandIn.bodies) == 3  # the same server, the same model: all reused
+    StandIn.served_root = "/weights/another-model"
+    swapped = backend(server)
+    assert swapped.identity["served"] == "/weights/another-model"
+    generate_candidates(queries, personas, params, swapped, Journal("g", tmp_path))
+    assert len(StandIn.bodies) == 6, "the old model's replies were replayed"

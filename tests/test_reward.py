@@ -72,7 +72,7 @@ def test_train_changes_lora_and_head_and_reloads_identically(tiny_model_dir, per
     from transformers import AutoTokenizer
 
     params = TrainRMParams(base_model=str(tiny_model_dir), batch_size=2, gradient_accumulation_steps=1,
-                           learning_rate=5e-3, epochs=2, max_length=512, eval_steps=2, save_steps=1000,
+                           learning_rate=5e-3, epochs=2, max_length=512, eval_steps=2, checkpoint_steps=1000,
                            lora=LoraParams(r=4, alpha=8))
     out = tmp_path / "rm"
     import mlflow

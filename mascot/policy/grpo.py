@@ -42,7 +42,8 @@ def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int,
         num_generations=params.num_generations, max_completion_length=params.max_completion_length,
         max_steps=params.max_steps, beta=params.beta, learning_rate=params.learning_rate,
         temperature=params.temperature, reward_weights=list(reward_weights),
-        logging_steps=1, save_strategy="no", seed=params.seed, use_cpu=not on_gpu,
+        logging_steps=1, save_strategy="steps", save_steps=params.checkpoint_steps, save_total_limit=2,
+        seed=params.seed, use_cpu=not on_gpu,
         bf16=native_bf16(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
         dataloader_num_workers=0, disable_dropout=True, ddp_find_unused_parameters=False), params.trainer_args)
 
@@ -99,24 +100,60 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
     config = grpo_config(params, checkpoint_dir, per_step // world_size(), reward_weights, on_gpu)
     lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
-    return GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=reward_funcs,
-                       train_dataset=Dataset.from_list(rows), peft_config=lora, callbacks=callbacks), tokenizer
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=reward_funcs,
+                          train_dataset=Dataset.from_list(rows), peft_config=lora, callbacks=callbacks)
+    sampler_of = trainer._get_train_sampler
+    trainer._get_train_sampler = lambda *a, **k: EpochSampler(sampler_of(*a, **k))
+    return trainer, tokenizer
+
+
+class EpochSampler(torch.utils.data.Sampler):
+    """TRL's RepeatSampler draws each epoch's prompt order from one generator, seeded once, so epoch k's order is
+    the k-th draw. A resumed run starts at a later epoch with a fresh generator and would repeat the first epoch's
+    order; this wrapper draws (and drops) the epochs it skipped when the trainer announces the epoch (accelerate
+    calls `set_epoch` before each epoch), so a resumed run sees the order an uninterrupted one saw."""
+
+    def __init__(self, inner):
+        self.inner, self.epoch, self.passes = inner, 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self):
+        while self.passes < self.epoch:
+            for _ in self.inner:
+                pass
+            self.passes += 1
+        self.passes += 1
+        return iter(self.inner)
 
 
 def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
                  out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
     the columns the reward functions read; `watch` (mascot/policy/watch.py) checks the policy as it trains."""
-    trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir,
-                                       [watch.callback()] if watch is not None else None)
-    result = trainer.train()
+    from mascot import checkpoints
     from mascot.launch import rank_tag
+
+    stage = (meta or {}).get("stage", "grpo")
+    resume = checkpoints.last_checkpoint(checkpoint_dir)
+    callbacks = [checkpoints.callback(watch.save_to if watch is not None else None)]
+    if watch is not None:
+        callbacks.append(watch.callback(resume))
+    trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir, callbacks)
+    if resume is not None:
+        print(f"{stage}{rank_tag()}: resuming from step {checkpoints.step_of(resume)} of {params.max_steps} "
+              f"({resume}): adapter, optimizer, scheduler and RNG states", flush=True)
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
 
     if result.global_step == 0:
         raise InputError(f"GRPO ran 0 steps on {len(rows)} prompts: fewer prompts than one step takes "
                            f"(prompts_per_step {params.prompts_per_step}); add prompts or lower prompts_per_step")
     history = [h for h in trainer.state.log_history if "reward" in h]
-    print(f"{(meta or {}).get('stage', 'grpo')}{rank_tag()}: {result.global_step} steps, {len(rows)} prompts, "
+    print(f"{stage}{rank_tag()}: {result.global_step} steps, {len(rows)} prompts, "
           f"last reward {history[-1]['reward'] if history else None}", flush=True)
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:  # under DDP only the main rank saves; see mascot/launch.py
@@ -187,24 +224,29 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
     with a `watch`, its checks (plot, verdict) and the `champion` alias given or refused by the verdict."""
     import mlflow
 
-    from mascot import registry
+    from mascot import checkpoints, registry
     from mascot.io import write_json
-
     from mascot.launch import is_main_process, world_size
+    from mascot.llm.identity import folder_digest
 
     if p.watch.stop_when_over_optimising and world_size() > 1:
         raise InputError(f"{stage}.watch.stop_when_over_optimising: the watch runs on the main rank only, so it "
                          f"cannot stop {world_size()} DDP ranks together; turn it off, or train with num_processes 1")
+    # what shapes the run: a rerun with all of it the same resumes from the last checkpoint, anything else starts over
+    ckpt = checkpoints.checkpoint_dir(stage, params.model_dump(), rows, tags.get("reward_model"),
+                                      tags.get("reward_model_version"), folder_digest(p.base_model), world_size())
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
-        train_policy(rows, reward_funcs, weights, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"),
-                     meta={"stage": stage})
+        train_policy(rows, reward_funcs, weights, p, Path(out_dir), ckpt, meta={"stage": stage})
         return None, None
     registry.abandon_incomplete(p.registered_model)
     exp = registry.experiment_id(experiment, params.mlflow.artifact_root)
     run_name = (f"{stage}-{Path(p.base_model).name}-rm-v{tags['reward_model_version']}-lr{p.learning_rate:g}-"
                 f"{tags['git_commit'][:7]}")
     tags = {**tags, **registry.dvc_experiment_tags()}
-    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=tags) as run:
+    resumed_run = checkpoints.remembered_run(ckpt)  # a resumed training goes on in its own MLflow run
+    with (mlflow.start_run(run_id=resumed_run) if resumed_run else
+          mlflow.start_run(experiment_id=exp, run_name=run_name, tags=tags)) as run:
+        checkpoints.remember_run(ckpt, run.info.run_id)
         for path, context in inputs:
             registry.log_input_file(path, context)
         mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k not in ("lora", "watch")}
@@ -212,8 +254,7 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
                           | {f"{stage}.watch.{k}": v for k, v in p.watch.model_dump().items()}
                           | {"reward_model": tags["reward_model"], "reward_model_version": tags["reward_model_version"],
                              "prompts": len(rows), "world_size": world_size()})
-        result = train_policy(rows, reward_funcs, weights, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"),
-                              meta={"stage": stage}, watch=watch)
+        result = train_policy(rows, reward_funcs, weights, p, Path(out_dir), ckpt, meta={"stage": stage}, watch=watch)
         history = result["history"]
         metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": tags["reward_model_version"],
                    "reward_first_step": history[0]["reward"] if history else None,
@@ -237,6 +278,7 @@ def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: l
     write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
                                                     "run_id": version.run_id})
     registry.mark_complete(version.name, version.version)
+    checkpoints.finished(ckpt)
     if watched is not None:
         metrics["champion"] = policy_alias(version, watched, p.watch, stage)
         write_json(metrics_path, metrics)

@@ -203,13 +203,48 @@ class Watch:
             self.log(row)
         return row
 
-    def callback(self):
+    STATE_FILE, BEST_FILE = "watch_state.json", "watch_best.safetensors"
+
+    def save_to(self, folder: Path) -> None:
+        """The checks so far (and the best check's adapter) beside a training checkpoint, so that a resumed run
+        goes on with its history (mascot/checkpoints.py)."""
+        from safetensors.torch import save_file
+
+        from mascot.io import write_json
+
+        write_json(Path(folder) / self.STATE_FILE, {"checks": self.checks, "stopped_at": self.stopped_at,
+                                                    "best": self.best[:2] if self.best else None})
+        if self.best:
+            save_file({k: v.contiguous() for k, v in self.best[2].items()}, str(Path(folder) / self.BEST_FILE))
+
+    def load_from(self, folder: Path) -> bool:
+        """The history saved with a checkpoint; False when there is none (a checkpoint saved without a watch)."""
+        import json
+
+        state_file = Path(folder) / self.STATE_FILE
+        if not state_file.exists():
+            return False
+        state = json.loads(state_file.read_text())
+        self.checks, self.stopped_at = state["checks"], state["stopped_at"]
+        if state["best"]:
+            from safetensors.torch import load_file
+
+            self.best = (*state["best"], load_file(str(Path(folder) / self.BEST_FILE)))
+        return True
+
+    def callback(self, resumed_from: Path | None = None):
+        """The watch inside TRL's trainer; `resumed_from`: the checkpoint a resumed run starts at, whose history the
+        watch goes on with (no second step-0 check)."""
         from transformers import TrainerCallback
 
         watch = self
 
         class WatchCallback(TrainerCallback):
             def on_train_begin(self, args, state, control, model=None, processing_class=None, **kw):
+                if resumed_from is not None and watch.load_from(resumed_from):
+                    print(f"watch: resumed with {len(watch.checks)} checks (steps "
+                          f"{[c['step'] for c in watch.checks]}) from {resumed_from}", flush=True)
+                    return
                 watch.check(model, processing_class, 0)
 
             def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):

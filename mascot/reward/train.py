@@ -104,19 +104,26 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
         output_dir=str(checkpoint_dir), per_device_train_batch_size=params.batch_size,
         per_device_eval_batch_size=params.batch_size, gradient_accumulation_steps=params.gradient_accumulation_steps,
         learning_rate=params.learning_rate, num_train_epochs=params.epochs, max_length=None,
-        eval_strategy="steps" if eval_rows else "no", eval_steps=params.eval_steps, save_steps=params.save_steps,
-        save_total_limit=params.save_total_limit, logging_steps=1, seed=params.seed,
+        eval_strategy="steps" if eval_rows else "no", eval_steps=params.eval_steps, save_strategy="steps",
+        save_steps=params.checkpoint_steps, save_total_limit=params.save_total_limit, logging_steps=1, seed=params.seed,
         bf16=native_bf16(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,  # bf16 autocast where native
         disable_dropout=False,  # keep the configured lora_dropout (TRL's default zeroes it)
         report_to=list(report_to), dataloader_num_workers=0, remove_unused_columns=True,
         ddp_find_unused_parameters=False), params.trainer_args)  # LoRA uses every weight: no extra DDP pass
+    from mascot import checkpoints
+    from mascot.launch import rank_tag
+
     trainer = RewardTrainer(model=model, args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list(train_rows),
-                            eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora)
+                            eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora,
+                            callbacks=[checkpoints.callback()])
     lap("load_model_s")
-    result = trainer.train()
+    resume = checkpoints.last_checkpoint(checkpoint_dir)
+    if resume is not None:
+        print(f"{g.rm_block}{rank_tag()}: resuming from step {checkpoints.step_of(resume)} ({resume}): adapter, "
+              "optimizer, scheduler and RNG states", flush=True)
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     lap("train_s")
-    from mascot.launch import rank_tag
 
     # every rank says what it trained on (its shard of the pairs); then only the main one goes on
     print(f"{g.rm_block}{rank_tag()}: {result.global_step} steps on "
@@ -169,7 +176,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
 
     import mlflow
 
-    from mascot import registry
+    from mascot import checkpoints, registry
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json, write_jsonl
     from mascot.launch import is_main_process, world_size
@@ -180,8 +187,11 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")  # our own artifacts: the adapter, once
     registry.setup_tracking(params)
     pairs, personas = load_jsonl(pairs_path), load_personas(params.prepare.personas_file)
+    # what shapes the run: a rerun with all of it the same resumes from the last checkpoint, anything else starts over
+    ckpt = checkpoints.checkpoint_dir(stage, params.model_dump(), registry.file_md5(pairs_path), granularity,
+                                      folder_digest(p.base_model), world_size())
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
-        train_reward_model(pairs, personas, p, Path(out_dir), Path(f".mascot/checkpoints/{stage}"), None, granularity)
+        train_reward_model(pairs, personas, p, Path(out_dir), ckpt, None, granularity)
         return
     exp = registry.experiment_id(getattr(params.mlflow, g.rm_experiment), params.mlflow.artifact_root)
     lineage = {**registry.lineage_tags(pairs_path, p.base_model, g.template_hash),
@@ -194,7 +204,10 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     if abandoned:
         print(f"{stage}: versions {', '.join(abandoned)} of {p.registered_model} were left half-registered by an "
               "earlier crash; tagged abandoned (never promoted)")
-    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags={**lineage, **registry.dvc_experiment_tags()}) as run:
+    resumed_run = checkpoints.remembered_run(ckpt)  # a resumed training goes on in its own MLflow run
+    with (mlflow.start_run(run_id=resumed_run) if resumed_run else
+          mlflow.start_run(experiment_id=exp, run_name=run_name, tags={**lineage, **registry.dvc_experiment_tags()})) as run:
+        checkpoints.remember_run(ckpt, run.info.run_id)
         registry.log_input_file(pairs_path, "train")
         if reference_path and Path(reference_path).exists():
             registry.log_input_file(reference_path, "eval")  # the judge's reference set, on the reward model
@@ -204,8 +217,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                           | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity,
                              "world_size": world_size()})
         reference = load_jsonl(reference_path) if reference_path and Path(reference_path).exists() else None
-        result = train_reward_model(pairs, personas, p, out, Path(f".mascot/checkpoints/{stage}"), reference,
-                                    granularity)
+        result = train_reward_model(pairs, personas, p, out, ckpt, reference, granularity)
         metrics = result["metrics"]
         from mascot.pairs import chosen_longer_fraction
 
@@ -231,6 +243,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                                          "granularity": granularity, "probe_scores": result["probe_scores"]})
     write_curves(result["log_history"], plots)
     registry.mark_complete(version.name, version.version)
+    checkpoints.finished(ckpt)
     write_jsonl(plots / "eval_scores.jsonl", [{"chosen": c, "rejected": r} for c, r in
                                               zip(result["chosen_scores"], result["rejected_scores"])])
     print(f"{stage}: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "
