@@ -18,9 +18,64 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 
+def experiment_origin(cwd: Path | None = None) -> Path | None:
+    """The repository a queued or `--temp` DVC experiment was started from, when this process runs in one: DVC
+    runs such an experiment in a copy under `<repo>/.dvc/tmp/exps/`, deleted when it ends. None elsewhere."""
+    parts = (cwd or Path.cwd()).resolve().parts
+    for i in range(len(parts) - 2):
+        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return None
+
+
+def store_path(path: str | Path) -> Path:
+    """A path of the embedded store (`mlflow.db`, `mlartifacts/`) as the repository's: inside a queued or `--temp`
+    experiment, the repository it was queued from, so that what it tracks outlives its temporary copy."""
+    path = Path(path)
+    return path if path.is_absolute() else (experiment_origin() or Path.cwd()).resolve() / path
+
+
+def embedded_uri(uri: str) -> str:
+    """`sqlite:///relative.db` as the repository's database (store_path); any other URI as it is."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        return prefix + str(store_path(uri[len(prefix):]))
+    return uri
+
+
+_STORE_LOCK = None  # the open file whose lock this process holds on the embedded store (released at exit)
+
+
+def lock_embedded_store(uri: str) -> None:
+    """Inside queued experiments, one stage process at a time writes to the repository's embedded SQLite store:
+    `dvc queue start -j 2` runs two experiments' stages at once, SQLite with MLflow's connection pool fails under
+    concurrent writers ("database is locked"), and a registry decision (promote) must not interleave with another.
+    A second process waits here until the first ends, and says so; a team server (`mascot stack up`) takes
+    concurrent writers instead. Outside a queued experiment there is one process at a time anyway: no lock."""
+    global _STORE_LOCK
+    import fcntl
+    import sys
+
+    if _STORE_LOCK is not None or not uri.startswith("sqlite:///") or experiment_origin() is None:
+        return
+    lock_path = Path(uri[len("sqlite:///"):]).with_suffix(".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fh = lock_path.open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"mlflow: the embedded store {uri} is in use by another stage (another queued experiment); waiting "
+              "for it: the embedded store takes one writer at a time, a team server several (`mascot stack up`)",
+              file=sys.stderr, flush=True)
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    _STORE_LOCK = fh
+
+
 def setup_tracking(params) -> str:
-    """Point MLflow at the environment's server if set, else the embedded sqlite store of params."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or params.mlflow.tracking_uri
+    """Point MLflow at the environment's server if set, else the embedded sqlite store of params (the repository's,
+    also from a queued experiment's temporary copy; one stage process at a time)."""
+    uri = embedded_uri(os.environ.get("MLFLOW_TRACKING_URI") or params.mlflow.tracking_uri)
+    lock_embedded_store(uri)
     mlflow.set_tracking_uri(uri)
     # The registry lives with the runs. (Not MLFLOW_REGISTRY_URI: MLflow itself exports it on
     # set_registry_uri, so in a long-lived process it would keep pointing at an earlier store.)
@@ -45,7 +100,7 @@ def experiment_id(name: str, artifact_root: str) -> str:
         return exp.experiment_id
     if is_server(mlflow.get_tracking_uri()):
         return mlflow.create_experiment(name)
-    location = Path(artifact_root).resolve() / name
+    location = store_path(artifact_root) / name
     return mlflow.create_experiment(name, artifact_location=location.as_uri())
 
 
