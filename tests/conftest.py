@@ -78,6 +78,16 @@ def sh(cmd, cwd, env, check=True):
     return proc.stdout + proc.stderr
 
 
+def script_json(code: str, cwd, env, name: str = "check.py"):
+    """Run `code` as a script in `cwd` (a pipeline copy, with its environment) and read the JSON its last line
+    prints: a look at the copy's registry or store from its own process."""
+    import json
+
+    (Path(cwd) / ".mascot").mkdir(exist_ok=True)
+    (Path(cwd) / ".mascot" / name).write_text(code)
+    return json.loads(sh(f"python .mascot/{name}", cwd, env).strip().splitlines()[-1])
+
+
 def ran_stages(output: str) -> set[str]:
     return set(re.findall(r"Running stage '([^']+)'", output))
 

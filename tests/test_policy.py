@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from mascot.config import GRPOParams, LoraParams
+from mascot.config import GRPOParams, PolicyLoraParams
 from mascot.policy.grpo import grpo_prompts, train_policy
 from mascot.policy.rewards import first_line, format_score, make_reward_model_reward
 
@@ -59,7 +59,7 @@ def test_grpo_trains_lora_policy(tiny_model_dir, personas, tmp_path, monkeypatch
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     queries, pairs = pairs_and_queries()
     params = GRPOParams(base_model=str(tiny_model_dir), num_generations=2, max_completion_length=6, max_steps=2,
-                        learning_rate=1e-2, lora=LoraParams(r=4, alpha=8))
+                        learning_rate=1e-2, lora=PolicyLoraParams(r=4, alpha=8))
     rows = grpo_prompts(queries, pairs, personas, params)
     with mlflow.start_run():
         from mascot.policy.rewards import make_format_reward, make_reward_model_reward
@@ -83,7 +83,7 @@ def test_sampling_inside_a_reward_function_leaves_grpos_own_stream_alone(tiny_mo
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     queries, pairs = pairs_and_queries()
     params = GRPOParams(base_model=str(tiny_model_dir), num_generations=2, max_completion_length=6, max_steps=3,
-                        learning_rate=1e-2, lora=LoraParams(r=4, alpha=8))
+                        learning_rate=1e-2, lora=PolicyLoraParams(r=4, alpha=8))
     rows = grpo_prompts(queries, pairs, personas, params)
 
     def run(sample_in_reward: bool) -> list[str]:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import sh
+from tests.conftest import script_json, sh
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +31,7 @@ print(json.dumps({
 
 
 def _listing(repo, env) -> dict:
-    (repo / ".mascot").mkdir(exist_ok=True)
-    (repo / ".mascot/listing.py").write_text(LISTING)
-    return json.loads(sh("python .mascot/listing.py", repo, env).strip().splitlines()[-1])
+    return script_json(LISTING, repo, env, "listing.py")
 
 
 def test_two_queued_experiments_track_into_the_repository_store(dvc_repo, tmp_path):

@@ -51,7 +51,7 @@ def test_grpo_trains_a_chat_director_on_conversational_completions(tiny_model_di
     import mlflow
     from safetensors.torch import load_file
 
-    from mascot.config import DirectorParams, LoraParams
+    from mascot.config import DirectorParams, PolicyLoraParams
     from mascot.policy.director import director_states, make_director_rewards
     from mascot.policy.grpo import train_policy
 
@@ -59,7 +59,7 @@ def test_grpo_trains_a_chat_director_on_conversational_completions(tiny_model_di
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     params = DirectorParams(base_model=str(tiny_model_dir), prompt_style="chat", num_generations=2,
                             max_completion_length=8, max_steps=2, learning_rate=1e-2, rollout_max_tokens=4,
-                            lora=LoraParams(r=4, alpha=8))
+                            lora=PolicyLoraParams(r=4, alpha=8))
     episodes = [{"episode_id": f"{q}|b0", "query_id": q, "prefix_id": q, "valid": True, "turns": []}
                 for q in ("p1", "p2")]
     queries = {q: {"query_id": q, "context": [{"role": "user", "content": f"I feel low {q}."}]} for q in ("p1", "p2")}

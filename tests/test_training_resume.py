@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import sh
+from tests.conftest import script_json, sh
 
 pytestmark = pytest.mark.integration
 
@@ -38,9 +38,7 @@ print(json.dumps({"versions": sorted(int(v.version) for v in c.search_model_vers
 
 
 def _registry(copy, env) -> dict:
-    (copy / ".mascot").mkdir(exist_ok=True)
-    (copy / ".mascot/registry_check.py").write_text(REGISTRY)
-    return json.loads(sh("python .mascot/registry_check.py", copy, env).strip().splitlines()[-1])
+    return script_json(REGISTRY, copy, env, "registry_check.py")
 
 
 def test_train_grpo_killed_after_a_checkpoint_resumes_to_the_same_adapter(dvc_repo, tmp_path):
