@@ -82,8 +82,8 @@ def test_sampling_inside_a_reward_function_leaves_grpos_own_stream_alone(tiny_mo
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     queries, pairs = pairs_and_queries()
-    params = GRPOParams(base_model=str(tiny_model_dir), num_generations=2, max_completion_length=6, max_steps=3,
-                        learning_rate=1e-2, lora=PolicyLoraParams(r=4, alpha=8))
+    params = GRPOParams(base_model=str(tiny_model_dir), num_generations=2, prompts_per_step=2, max_completion_length=6,
+                        max_steps=3, learning_rate=1e-2, lora=PolicyLoraParams(r=4, alpha=8))
     rows = grpo_prompts(queries, pairs, personas, params)
 
     def run(sample_in_reward: bool) -> list[str]:

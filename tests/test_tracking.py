@@ -51,7 +51,11 @@ def test_two_queue_workers_take_the_embedded_store_one_at_a_time(tmp_path):
     import sys
     import time
 
+    import os
+
     temps = [tmp_path / f"repo/.dvc/tmp/exps/tmp{k}" for k in "ab"]
+    # the embedded store of params, not a server an earlier test left in the environment (MLflow exports it)
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     code = ("import sys, time, types; from mascot import registry; "
             "p = types.SimpleNamespace(mlflow=types.SimpleNamespace(tracking_uri='sqlite:///mlflow.db')); "
             "uri = registry.setup_tracking(p); print('got', uri, time.time(), flush=True); time.sleep(2); "
@@ -59,7 +63,7 @@ def test_two_queue_workers_take_the_embedded_store_one_at_a_time(tmp_path):
     procs = []
     for temp in temps:
         temp.mkdir(parents=True)
-        procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=temp, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=temp, stdout=subprocess.PIPE, env=env,
                                       stderr=subprocess.PIPE, text=True))
         time.sleep(1.0)
     results = [p.communicate(timeout=120) for p in procs]
