@@ -193,3 +193,31 @@ def test_promotion_on_too_few_pairs_says_so_and_the_interval_bar_refuses():
     many = pair_metrics(pairs * 3, [1.0] * 21 + [0.0] * 3, [0.0] * 21 + [1.0] * 3)
     ok, why = decide_promotion(many, None, 0.5, bar_on="lower_bound", min_n=10)
     assert ok and "eval accuracy lower bound" in why and "too few" not in why
+
+
+def test_reward_model_training_resumes_from_its_last_checkpoint_to_the_same_adapter(tiny_model_dir, personas,
+                                                                                     tmp_path, monkeypatch, capsys):
+    """A run cut after its step-2 checkpoint (what a kill leaves: the checkpoints written so far) resumes there,
+    optimizer, scheduler and RNG included, and ends with the adapter of the run that was never cut."""
+    import shutil
+
+    import mlflow
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    params = TrainRMParams(base_model=str(tiny_model_dir), batch_size=2, epochs=2, max_length=512, eval_steps=2,
+                           checkpoint_steps=2, save_total_limit=10, lora=LoraParams(r=4, alpha=8))
+    with mlflow.start_run():
+        train_reward_model(make_pairs(personas), personas, params, tmp_path / "whole", tmp_path / "ckpt")
+    steps = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "ckpt").glob("checkpoint-*"))
+    assert steps[:2] == [2, 4] and all((tmp_path / f"ckpt/checkpoint-{s}/mascot_complete.json").exists() for s in steps)
+    for s in steps[1:]:  # the kill came after the step-2 checkpoint
+        shutil.rmtree(tmp_path / f"ckpt/checkpoint-{s}")
+    capsys.readouterr()
+    with mlflow.start_run():
+        train_reward_model(make_pairs(personas), personas, params, tmp_path / "resumed", tmp_path / "ckpt")
+    assert "train_rm[rank 0/1]: resuming from step 2" in capsys.readouterr().out
+    a = load_file(tmp_path / "whole/adapter_model.safetensors")
+    b = load_file(tmp_path / "resumed/adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
