@@ -4,7 +4,7 @@ between them lives here, as data and as methods, so the stage modules never bran
 the unit's id and comparison group, its params blocks and files, how the judge and the reward model read a
 unit, the reference comparisons its judge is measured on and the probes that follow its reward model.
 
-The split rule is one for both: a unit belongs to its query's split (mascot/splits.py, keyed on `split_field`).
+The split rule is one for both: a unit belongs to its query's split, drawn per conversation (mascot/splits.py).
 A third granularity is a third instance; the rubric a granularity is judged on is a data file its params
 block names (score.rubric, score_group.rubric)."""
 from __future__ import annotations
@@ -38,7 +38,6 @@ class Granularity:
     gated: tuple[str, ...] = ()
     judge_figure_words: dict[str, str] = field(default_factory=dict)
     default_rubric: str = ""  # the shipped rubric file (the params block's default)
-    split_field: str = "query_id"
 
     # ---- params and rubric ----
     def rubric(self, params=None):
