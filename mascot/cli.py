@@ -9,6 +9,7 @@ STAGES = {
     "base_model": "mascot.llm.base_model",
     "small_model": "mascot.llm.base_model:main_small",
     "prepare": "mascot.data.prepare",
+    "human_set": "mascot.data.human_ratings",
     "generate": "mascot.annotate.generate",
     "judge_check": "mascot.annotate.judge_check",
     "score": "mascot.annotate.score",

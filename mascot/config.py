@@ -27,8 +27,9 @@ def _trainer_args_check(kind: str):
 
 
 class BaseModelParams(Block):
-    source: Literal["qwen2.5-0.5b-instruct-gguf", "gemma3-270m-gguf", "tiny", "path", "hub"] = \
-        "qwen2.5-0.5b-instruct-gguf"
+    source: Literal["qwen2.5-coder-0.5b-instruct-gguf", "qwen2.5-coder-1.5b-instruct-gguf", "qwen2.5-0.5b-instruct-gguf",
+                    "gemma3-270m-gguf", "tiny", "path", "hub"] = \
+        "qwen2.5-coder-0.5b-instruct-gguf"
     path: str | None = None  # source path: a local model folder, copied as is
     # source hub: downloaded once into out_dir at this revision (a tag, a branch or a commit); the commit it
     # resolved to is recorded (metrics/<stage>.json, the folder's mascot_source.json, every training run)
@@ -50,7 +51,8 @@ class BaseModelParams(Block):
 
 class SmallModelParams(BaseModelParams):
     """The small base LM (the reward-model and GRPO base): BaseModelParams with its own defaults."""
-    source: Literal["qwen2.5-0.5b-instruct-gguf", "gemma3-270m-gguf", "tiny", "path", "hub"] = "gemma3-270m-gguf"
+    source: Literal["qwen2.5-coder-0.5b-instruct-gguf", "qwen2.5-coder-1.5b-instruct-gguf", "qwen2.5-0.5b-instruct-gguf",
+                    "gemma3-270m-gguf", "tiny", "path", "hub"] = "gemma3-270m-gguf"
     out_dir: str = "models/small"
 
 
@@ -182,6 +184,15 @@ class JudgeCheckParams(Block):
     seed: int = 0
 
 
+class HumanParams(Block):
+    """The human reference set (mascot/data/human_ratings.py): supporter turns the seekers rated 1-5, from every
+    ESConv-like source of prepare.sources (and JSONL messages with a `rating`)."""
+    min_gap: int = Field(2, ge=1, le=4)  # two turns of one conversation form a pair when their ratings differ this much
+    persona: str = "The Anchor"  # the persona slot the judge and the reward models read a supporter's turn under
+    # judge_check scores at most this many items, whole conversations, held-out ones first (null: all of them)
+    judge_items: int | None = Field(96, ge=1)
+
+
 class ScoreGroupParams(Block):
     """Stage 2's judge: the collective rubric's file; mode, format and retries are score's."""
     rubric: str = "data/rubrics/collective.yaml"
@@ -202,10 +213,14 @@ class PairsParams(Block):
     balance_length: bool = True
     eval_fraction: float = Field(0.25, ge=0, lt=1)
     split_seed: int = 0
+    # add the human pairs (data/human/items.jsonl) of train-split conversations to the reward model's train
+    # pairs, marked `pair_source: human` (the judge's are `judge`); held-out and eval conversations never
+    human: bool = False
 
 
 class GroupPairsParams(PairsParams):
     """Stage 2's pairing rule: block totals spread less, and a handful of block pairs cannot be balanced."""
+    human: Literal[False] = False  # human ratings rate one reply, not a block of group turns
     score_margin: float = Field(0.05, ge=0, le=4)
     balance_length: bool = False
     eval_fraction: float = Field(0.5, ge=0, lt=1)
@@ -229,6 +244,9 @@ class ValidateParams(Block):
     min_train_pairs: int = Field(1, ge=0)
     min_eval_pairs: int = Field(1, ge=0)
     min_heldout_queries: int = Field(1, ge=0)
+    # the judge's agreement with people (judge_check, human pairs: the higher-rated turn scored higher), against
+    # this bar at judge_bar_on, under the same judge_gate; null: not gated
+    min_human_agreement: float | None = Field(0.5, ge=0, le=1)
 
 
 class ValidateGroupParams(Block):
@@ -304,6 +322,9 @@ class PromoteParams(Block):
     # point: the accuracy's point estimate meets the bar (below stats.min_n pairs the reason and the version's tags
     # say "promoted on too few pairs to tell"); lower_bound: its 95% interval's lower bound, and never below min_n
     bar_on: Literal["point", "lower_bound"] = "point"
+    # the reward model's agreement with people on the held-out conversations' human pairs (train_rm), at bar_on;
+    # null: reported, not required
+    min_human_agreement: float | None = Field(None, ge=0, le=1)
 
 
 class PromoteGroupParams(PromoteParams):
@@ -415,6 +436,7 @@ class Params(Block):
     score: ScoreParams = ScoreParams()
     pairs: PairsParams = PairsParams()
     judge_check: JudgeCheckParams = JudgeCheckParams()
+    human: HumanParams = HumanParams()
     validate_: ValidateParams = Field(ValidateParams(), alias="validate")
     mlflow: MlflowParams = MlflowParams()
     train_rm: TrainRMParams = TrainRMParams()

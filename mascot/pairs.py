@@ -69,6 +69,31 @@ def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, d
     return pairs
 
 
+def build_human_pairs(items: list[dict], personas: dict[str, Persona], min_gap: int, params: PairsParams,
+                      heldout) -> list[dict]:
+    """The human set's within-conversation pairs (ratings at least `min_gap` apart) of train-split conversations,
+    as training pairs marked `pair_source: human`: the seekers' own preferences beside the judge's. Held-out and
+    eval-split conversations give none (the same split rule as the judge's pairs, by conversation)."""
+    from mascot.data.human_ratings import human_pairs
+
+    rows = [{"query_id": i["item_id"], "conversation_id": i["conversation_id"]} for i in items
+            if not is_held_out(i, heldout)]
+    split = split_of(rows, params.eval_fraction, params.split_seed)
+    out = []
+    for hi, lo in human_pairs([i for i in items if split.get(i["item_id"]) == "train"], min_gap):
+        system = {"role": "system", "content": personas[hi["persona"]].system_prompt()}
+        out.append({"pair_id": f"{hi['item_id']}>{lo['item_id']}", "pair_source": "human", "query_id": hi["item_id"],
+                    "conversation_id": hi["conversation_id"], "persona": hi["persona"], "split": "train",
+                    # each side replied to its own moment of the conversation: the reward model reads each
+                    # after its own context (mascot/reward/train.py tokenize_pairs)
+                    "prompt": [system, *hi["context"]], "rejected_prompt": [system, *lo["context"]],
+                    "chosen": [{"role": "assistant", "content": hi["reply"]}],
+                    "rejected": [{"role": "assistant", "content": lo["reply"]}],
+                    "score_chosen": float(hi["rating"]), "score_rejected": float(lo["rating"]),
+                    "margin": float(hi["rating"] - lo["rating"]), "chosen_id": hi["item_id"], "rejected_id": lo["item_id"]})
+    return out
+
+
 def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[str, dict],
                       params: PairsParams) -> list[dict]:
     """Stage 2: pairs of branches of the same prefix; chosen and rejected are their blocks of turns."""
@@ -147,7 +172,9 @@ def pair_metrics_summary(pairs: list[dict], margin: float, before: float | None,
             "eval_conversations": len({p.get("conversation_id") for p in pairs if p["split"] == "eval"}),
             "mean_margin": round(fmean(p["margin"] for p in pairs), 4) if pairs else None,
             "chosen_longer_fraction": chosen_longer_fraction(pairs), "chosen_longer_fraction_before_balance": before,
-            "equal_length_pairs": sum(chosen_longer(p) is None for p in pairs), "dropped_for_length_balance": dropped}
+            "equal_length_pairs": sum(chosen_longer(p) is None for p in pairs), "dropped_for_length_balance": dropped,
+            "train_pairs_by_source": {src: sum(p["split"] == "train" and p.get("pair_source", "judge") == src for p in pairs)
+                                      for src in sorted({p.get("pair_source", "judge") for p in pairs})}}
 
 
 def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics: str, extra: dict | None = None) -> None:
@@ -166,15 +193,26 @@ def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics
 
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
          scores_path: str = "data/scores.jsonl", out: str = "data/pairs.jsonl",
-         metrics: str = "metrics/pairs.json") -> None:
+         metrics: str = "metrics/pairs.json", human_path: str = "data/human/items.jsonl") -> None:
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
 
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    pairs = build_pairs(load_jsonl(candidates_path), load_jsonl(scores_path), queries,
-                        load_personas(params.prepare.personas_file), params.pairs, params.heldout)
-    _finish("pairs", pairs, params.pairs, out, metrics,
-            {**split_counts(list(queries.values()), params.heldout), "queries": len(queries)})
+    personas = load_personas(params.prepare.personas_file)
+    pairs = [{**p, "pair_source": "judge"} for p in build_pairs(load_jsonl(candidates_path), load_jsonl(scores_path),
+                                                                 queries, personas, params.pairs, params.heldout)]
+    extra = {**split_counts(list(queries.values()), params.heldout), "queries": len(queries)}
+    if params.pairs.human:
+        from pathlib import Path
+
+        from mascot.io import InputError
+
+        if not Path(human_path).exists():
+            raise InputError(f"pairs.human is on but {human_path} does not exist: run the human_set stage")
+        human = build_human_pairs(load_jsonl(human_path), personas, params.human.min_gap, params.pairs, params.heldout)
+        pairs += human
+        extra["human_pairs"] = len(human)
+    _finish("pairs", pairs, params.pairs, out, metrics, extra)
 
 
 def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mascot import registry
 from mascot.io import load_jsonl, write_json
-from mascot.reward.evaluation import pair_metrics
+from mascot.reward.evaluation import describe_human, held_out_human, human_set_metrics, pair_metrics
 from mascot.reward.scorer import RewardScorer
 
 ROUNDTRIP_TOLERANCE = 1e-4
@@ -22,6 +22,25 @@ def measure(scorer: RewardScorer, pairs: list[dict], personas: dict) -> dict:
     sides = [scorer.granularity.pair_sides(p, personas) for p in pairs]
     return pair_metrics(pairs, scorer.score([(persona, ctx, chosen) for persona, ctx, chosen, _ in sides]),
                         scorer.score([(persona, ctx, rejected) for persona, ctx, _, rejected in sides]))
+
+
+def human_gate(promoted: bool, reason: str, human: dict, bar: float | None, bar_on: str) -> tuple[bool, str]:
+    """The reward model's agreement with people (held-out human pairs, `human_set_metrics`) added to the
+    decision: always in the reason; with a bar (promote.min_human_agreement), required at `bar_on`."""
+    if not human.get("human_pairs_n"):
+        if bar is None:
+            return promoted, reason
+        return False, (f"no held-out human pairs (no human set, or none of its rated conversations is held out), so "
+                       f"promote.min_human_agreement {bar} cannot be met (the eval pairs: {reason})")
+    words = describe_human(human)
+    if bar is None or not promoted:
+        return promoted, f"{reason}; {words}"
+    figure = human.get("human_pairs_ci_low") if bar_on == "lower_bound" else human.get("human_pairs")
+    if figure is None or figure < bar:
+        where = "lower bound" if bar_on == "lower_bound" else "point estimate"
+        return False, (f"{words}: its {where} {figure} is below promote.min_human_agreement {bar} (the eval pairs "
+                       f"passed: {reason})")
+    return True, f"{reason}; {words} >= promote.min_human_agreement {bar}"
 
 
 def main(params, registered_path: str = "models/reward/registered.json", pairs_path: str = "data/pairs.jsonl",
@@ -54,6 +73,11 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
         champion_metrics = measure(RewardScorer.from_registry(f"models:/{name}@{p.alias}"), eval_pairs, personas)
     promoted, reason = registry.decide_promotion(new_metrics, champion_metrics, p.min_eval_accuracy,
                                                  p.require_beat_length_baseline, p.bar_on, params.stats.min_n)
+    human_metrics = {}
+    if new_scorer.granularity.name == "reply":  # people rate one supporter turn, not a block of group turns
+        human = held_out_human(params)
+        human_metrics = human_set_metrics(new_scorer, human, personas) if human is not None else {}
+        promoted, reason = human_gate(promoted, reason, human_metrics, p.min_human_agreement, p.bar_on)
     too_few = len(eval_pairs) < params.stats.min_n
     figures = {"eval_pairs": len(eval_pairs), "eval_conversations": new_metrics.get("conversations"),
                "accuracy": new_metrics["accuracy"], "accuracy_ci_low": new_metrics.get("accuracy_ci_low"),
@@ -63,7 +87,8 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
                "accuracy_not_longer": new_metrics.get("accuracy_not_longer"),
                "mean_margin": new_metrics["mean_margin"], "compared_with_version": champion_version,
                "champion_accuracy": champion_metrics and champion_metrics["accuracy"],
-               "champion_mean_margin": champion_metrics and champion_metrics["mean_margin"]}
+               "champion_mean_margin": champion_metrics and champion_metrics["mean_margin"],
+               **{k: v for k, v in human_metrics.items() if k.startswith(("human_pairs", "human_length", "human_judge"))}}
     alias = p.alias if promoted else p.challenger_alias
     registry.set_alias(name, alias, version, reason, figures)
     champion = version if promoted else champion_version
@@ -73,6 +98,7 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
               "champion_version": champion, "champion_alias": p.alias,
               "champion_digest": registry.version_digest(name, champion) if champion is not None else None,
               "roundtrip_max_abs_diff": drift, **{f"new_{k}": v for k, v in new_metrics.items()},
+              **{f"new_{k}": v for k, v in human_metrics.items()}, "min_human_agreement": p.min_human_agreement,
               **({f"champion_{k}": v for k, v in champion_metrics.items()} if champion_metrics else {})}
     write_json(metrics_path, result)
     print(f"{block}: {name} v{version} -> @{alias}: {reason}")

@@ -93,3 +93,51 @@ def first_component_share(columns: dict[str, list[float]]) -> float | None:
     z = (arr[keep] - arr[keep].mean(axis=1, keepdims=True)) / std[keep]
     eig = np.linalg.eigvalsh(np.corrcoef(z))
     return round(float(eig[-1] / eig.sum()), 4)
+
+
+def cluster_mean_with_ci(values: list[float], clusters: list[str], seed: int = 0, null: float | None = 0.0,
+                         rounds: int = 2000) -> dict:
+    """`mean_with_ci` for items that come in clusters (the pairs of one conversation share a person and a mood):
+    the percentile bootstrap resamples clusters, not items; `clusters` says how many there are."""
+    out = mean_with_ci(values, seed, null)
+    names = sorted(set(clusters))
+    out["clusters"] = len(names)
+    if len(names) < 2:
+        out["ci_low"] = out["ci_high"] = None
+        return out
+    index = {c: k for k, c in enumerate(names)}
+    sums, sizes = np.zeros(len(names)), np.zeros(len(names))
+    for v, c in zip(values, clusters):
+        sums[index[c]] += v
+        sizes[index[c]] += 1
+    draw = np.random.default_rng(seed).integers(0, len(names), size=(rounds, len(names)))
+    means = sums[draw].sum(axis=1) / sizes[draw].sum(axis=1)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    out["ci_low"], out["ci_high"] = round(float(lo), 4), round(float(hi), 4)
+    return out
+
+
+def cluster_spearman_with_ci(x: list[float], y: list[float], clusters: list[str], seed: int = 0,
+                             rounds: int = 1000) -> dict:
+    """{mean, ci_low, ci_high, n, clusters}: Spearman's rho of x and y, its interval from a bootstrap over
+    clusters (replicates where a side is constant are skipped)."""
+    from scipy.stats import spearmanr
+
+    names = sorted(set(clusters))
+    out = {"mean": spearman(x, y), "ci_low": None, "ci_high": None, "n": len(x), "clusters": len(names),
+           "too_few_to_tell": len(x) < MIN_N}
+    if out["mean"] is None or len(names) < 2:
+        return out
+    members: dict[str, list[int]] = {}
+    for k, c in enumerate(clusters):
+        members.setdefault(c, []).append(k)
+    groups = [np.asarray(members[c]) for c in names]
+    xa, ya, rng, rhos = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.random.default_rng(seed), []
+    for _ in range(rounds):
+        idx = np.concatenate([groups[k] for k in rng.integers(0, len(groups), size=len(groups))])
+        if np.ptp(xa[idx]) > 0 and np.ptp(ya[idx]) > 0:
+            rhos.append(spearmanr(xa[idx], ya[idx]).statistic)
+    if rhos:
+        lo, hi = np.quantile(rhos, [0.025, 0.975])
+        out["ci_low"], out["ci_high"] = round(float(lo), 4), round(float(hi), 4)
+    return out

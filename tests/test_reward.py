@@ -221,3 +221,32 @@ def test_reward_model_training_resumes_from_its_last_checkpoint_to_the_same_adap
     a = load_file(tmp_path / "whole/adapter_model.safetensors")
     b = load_file(tmp_path / "resumed/adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_human_pairs_train_with_each_sides_context_and_held_out_people_measure_the_model(tiny_model_dir, personas,
+                                                                                        tmp_path, monkeypatch):
+    """pairs.human's pairs (two moments of one conversation) train beside the judge's; the held-out human items
+    measure the trained model against the seekers' ratings, beside the judge's scores on the same items."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    from mascot.reward.evaluation import HumanCheck
+
+    warm, cold = "That sounds hard, I hear you.", "Whatever."
+    human_pairs = [{"pair_id": f"h{i}", "pair_source": "human", "query_id": f"h{i}", "persona": "The Anchor",
+                    "split": "train", "conversation_id": f"c{i}",
+                    "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": f"moment A {i}"}],
+                    "rejected_prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": f"moment B {i}"}],
+                    "chosen": [{"role": "assistant", "content": warm}], "rejected": [{"role": "assistant", "content": cold}],
+                    "score_chosen": 5.0, "score_rejected": 1.0, "margin": 4.0} for i in range(4)]
+    items = [{"item_id": f"x{c}-{k}", "conversation_id": f"x{c}", "persona": "The Anchor", "rating": r, "words": len(t.split()),
+              "context": [{"role": "user", "content": f"I lost my job {c}."}], "reply": t, "source": "esconv"}
+             for c in range(6) for k, (t, r) in enumerate([(warm, 5), (cold, 1)])]
+    judge = {i["item_id"]: float(i["rating"]) for i in items[:6]}
+    params = TrainRMParams(base_model=str(tiny_model_dir), batch_size=2, learning_rate=5e-3, epochs=2, max_length=512,
+                           eval_steps=2, checkpoint_steps=1000, lora=LoraParams(r=4, alpha=8))
+    result = train_reward_model(make_pairs(personas) + human_pairs, personas, params, tmp_path / "rm", tmp_path / "ckpt",
+                                report_to=(), human=HumanCheck(items, 2, judge))
+    m = result["metrics"]
+    assert m["train_pairs"] == 13
+    assert m["human_pairs_n"] == 6 and m["human_pairs_conversations"] == 6 and m["human_items"] == 12
+    assert m["human_pairs"] is not None and m["human_length_baseline"] == 1.0  # the warm reply is the longer one
+    assert m["human_judge_pairs_n"] == 3 and m["human_judge_pairs"] == 1.0

@@ -194,6 +194,64 @@ def test_a_judge_at_chance_stops_or_warns_in_words(repo_root, tmp_path, monkeypa
     assert "train_rm: WARNING: the judge cannot be told from chance" in capsys.readouterr().out
 
 
+def human(pairs, low, high, base=0.58, controlled=0.33):
+    """judge_check's agreement with people (human_pairs and its baselines)."""
+    return {"human_pairs": pairs, "human_pairs_ci_low": low, "human_pairs_ci_high": high, "human_pairs_n": 246,
+            "human_pairs_conversations": 43, "human_length_baseline": base, "human_pairs_controlled": controlled,
+            "human_pairs_controlled_n": 107}
+
+
+@pytest.mark.parametrize("level", ["stop", "warn"])
+def test_a_judge_below_the_human_bar_stops_or_warns_and_says_if_it_beat_length(repo_root, tmp_path, monkeypatch,
+                                                                            capsys, level):
+    """The figures of issue 27's first measurement: 0.48 [0.40, 0.57] on 246 pairs, longer-wins 0.58. The judge
+    passes every synthetic contrast here; only its agreement with people is below the bar."""
+    import json
+
+    import yaml
+
+    from mascot.config import parse_params
+    from mascot.io import write_json, write_jsonl
+    from mascot.validate import stage
+
+    cands, scores, pairs = dataset()
+    monkeypatch.chdir(tmp_path)
+    write_jsonl("c.jsonl", cands), write_jsonl("s.jsonl", scores), write_jsonl("p.jsonl", pairs)
+    write_json("metrics/judge_check.json", {**judge(0.9, 0.8, 0.9, 0.8), **human(0.48, 0.40, 0.57)})
+    write_jsonl("data/queries.jsonl", [{"query_id": f"q{i}", "conversation_id": f"c{i}"} for i in range(12)])
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    raw["validate"].update(min_judge_accuracy=0.5, min_human_agreement=0.5, judge_gate=level,
+                           max_constant_group_fraction=1.0, min_eval_pairs=0)
+    raw["pairs"]["score_margin"] = 0.5
+    params = parse_params(raw)
+    if level == "stop":
+        with pytest.raises(stage.GateFailed):
+            stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
+        err = capsys.readouterr().err
+        print(err)
+        assert "judge quality: human_pairs = 0.4, below 0.5" in err
+        assert "in 0.48 [0.4, 0.57] of 246 pairs from 43 conversations" in err
+        assert 'It did not beat "the longer turn wins" (0.58)' in err
+        return
+    stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
+    warning = json.loads((tmp_path / "metrics/validate.json").read_text())["judge_warning"]
+    assert warning.startswith("against people the judge scored the higher-rated")
+    assert "did not beat" in warning and "(validate.judge_gate: warn)" in warning
+
+
+def test_a_judge_above_the_human_bar_passes_and_no_bar_means_no_check():
+    above = {**judge(0.9, 0.8, 0.9, 0.8), **human(0.7, 0.62, 0.78)}
+    results, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, judge_check=above,
+                               judge_limits=judge_limits(min_human_agreement=0.55))
+    assert failures(results) == {}
+    unmeasured, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, judge_check=judge(0.9, 0.8, 0.9, 0.8),
+                                  judge_limits=judge_limits(min_human_agreement=0.55))
+    assert failures(unmeasured) == {("judge", "human_pairs", "expect_column_values_to_be_between"): 1}
+    off, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, judge_check=judge(0.9, 0.8, 0.9, 0.8),
+                           judge_limits=judge_limits(min_human_agreement=None))
+    assert failures(off) == {}
+
+
 def test_a_conversation_in_two_splits_breaks_the_gate():
     """Two queries of one conversation, one in train and one in eval: the reward model would be measured on a
     conversation it trained on."""

@@ -7,8 +7,14 @@ ranks the human reply above an off-topic and a cold reply; stage 2: how often it
 block above an echo chamber, an off-topic block and a redundant one. Each with bootstrap 95% intervals and n,
 on the total and per dimension; then whether the dimensions are one signal, how much probability the judge
 puts on the digits (expected mode) or how often its JSON fails (json mode), how much length drives its scores
-(a padded reference), and, with two modes, how far they agree. `score.prompt_style: auto` then scores in the
-format that ranked best here (stage 1 measures; stage 2 uses its choice).
+(a padded reference), and, with two modes, how far they agree.
+
+Against people (stage 1): with a human reference set (the `human_set` stage: supporter turns the seekers
+rated), every format and mode is also measured on how often the higher-rated turn of a pair scores higher,
+beside "the longer turn wins" and length-controlled (mascot/data/human_ratings.py). `score.prompt_style: auto`
+then scores in the format that agrees with people best; without a human set, in the one that ranked the
+synthetic contrasts best (stage 2 uses stage 1's choice). Stage 2 measures its collective judge against the
+seekers' survey of whole conversations (`survey_score`: empathy, relevance) where the corpus has it.
 """
 from __future__ import annotations
 
@@ -16,9 +22,11 @@ from statistics import fmean
 
 from mascot.annotate.score import score_units
 from mascot.config import ScoreParams
+from mascot.data import human_ratings
 from mascot.granularity import REPLY, Granularity
-from mascot.stats import correlation_matrix, first_component_share, mean_with_ci, pairwise_wins, spearman
 from mascot.io import InputError
+from mascot.stats import (cluster_spearman_with_ci, correlation_matrix, first_component_share, mean_with_ci,
+                          pairwise_wins, spearman)
 
 
 
@@ -93,30 +101,67 @@ def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict], g: Gran
             "same_call": mean_with_ci(same, null=None)}
 
 
+def human_pair_accuracy(fig: dict) -> float | None:
+    """The judge's agreement with people in one run's figures (None: no human set was measured)."""
+    return ((fig.get("human") or {}).get("pairs") or {}).get("mean")
+
+
 def choose_style(by_style: dict[str, dict], g: Granularity = REPLY) -> str:
-    """The prompt format whose gated accuracies are highest on average (ties: the first configured)."""
+    """The prompt format that agrees with people best when every format was measured on a human set, else the
+    one whose gated accuracies are highest on average (ties: the first configured)."""
+    by_people = all(human_pair_accuracy(fig) is not None for fig in by_style.values())
+
     def merit(fig: dict) -> float:
+        if by_people:
+            return human_pair_accuracy(fig)
         vals = [fig[name]["mean"] for name in g.gated if fig[name]["mean"] is not None]
         return fmean(vals) if vals else -1.0
     return max(by_style, key=lambda s: merit(by_style[s]))
 
 
+def survey_agreement(items: list[dict], variants: list[dict], scores: list[dict]) -> dict:
+    """Stage 2 against people: Spearman of the judge's total for each item's human block and the seekers' survey
+    of that conversation (empathy, relevance), with intervals over conversations (one block per conversation)."""
+    survey = {i["item_id"]: (i.get("survey") or {}, i.get("conversation_id", i["item_id"])) for i in items}
+    refs = [(survey[v["query_id"]], s["total_reward"]) for v, s in zip(variants, scores)
+            if v["reply_type"] == "reference" and s["status"] == "scored"]
+    out = {}
+    for key in ("empathy", "relevance"):
+        have = [((sv, conv), total) for (sv, conv), total in refs if sv.get(key) is not None]
+        out[key] = cluster_spearman_with_ci([t for _, t in have], [sv[key] for (sv, _), _ in have],
+                                            [conv for (_, conv), _ in have])
+    return out
+
+
 def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams, backend, styles: list[str],
-                    modes: list[str], journal_for=None, g: Granularity = REPLY, rubric=None
+                    modes: list[str], journal_for=None, g: Granularity = REPLY, rubric=None,
+                    human_items: list[dict] | None = None, min_gap: int = 2
                     ) -> tuple[dict, dict[tuple[str, str], list[dict]], list[dict]]:
     """Score the reference items in every (format, mode) on `rubric` (default: the granularity's shipped one);
-    `journal_for(style, mode)` gives each run its journal."""
+    `journal_for(style, mode, part)` gives each run its journal (part: "reference" or "human"). `human_items`
+    (stage 1): rated supporter turns, scored too and measured against their ratings (figures under "human";
+    their records in the report's "human_scores")."""
     rubric = rubric or g.rubric()
     candidates, units = g.reference_units(items, personas)
+    if human_items:
+        human_units = g.judge_units(*human_ratings.as_candidates(human_items), personas)
     raw: dict[tuple[str, str], list[dict]] = {}
-    report: dict = {"by_prompt_style": {}}
+    report: dict = {"by_prompt_style": {}, "human_scores": {}}
     for style in styles:
         per_mode = {}
         for mode in modes:
             params = score_params.model_copy(update={"mode": mode})
-            journal = journal_for(style, mode) if journal_for else None
+            journal = journal_for(style, mode, "reference") if journal_for else None
             raw[(style, mode)] = score_units(units, rubric, params, backend, journal, prompt_style=style)
             per_mode[mode] = analyse(candidates, raw[(style, mode)], mode, g, rubric.dimensions)
+            if g.name == "block":
+                per_mode[mode]["survey"] = survey_agreement(items, candidates, raw[(style, mode)])
+            if human_items:
+                journal = journal_for(style, mode, "human") if journal_for else None
+                records = score_units(human_units, rubric, params, backend, journal, prompt_style=style)
+                report["human_scores"][f"{style}/{mode}"] = records
+                total, dims = human_ratings.scores_by_item(human_items, records, rubric.dimensions)
+                per_mode[mode]["human"] = human_ratings.agreement(human_items, total, min_gap, dims)
         if len(modes) == 2:
             per_mode["mode_agreement"] = mode_agreement(candidates, raw[(style, modes[0])], raw[(style, modes[1])], g)
         report["by_prompt_style"][style] = per_mode
@@ -138,6 +183,27 @@ def headline(fig: dict, g: Granularity = REPLY) -> dict:
             out[key] = fig[key]
     out["length_probe_delta"] = fig["length_probe"]["mean"]
     out["length_probe_up_fraction"] = fig["length_probe"]["up_fraction"]
+    if fig.get("human"):
+        out.update(human_headline(fig["human"]))
+    for key, rho in (fig.get("survey") or {}).items():
+        out.update({f"survey_{key}_spearman": rho["mean"], f"survey_{key}_spearman_ci_low": rho["ci_low"],
+                    f"survey_{key}_spearman_ci_high": rho["ci_high"], f"survey_{key}_n": rho["n"]})
+    return out
+
+
+def human_headline(fig: dict) -> dict:
+    """The agreement with people as flat figures (`human_pairs`, its interval, n pairs and conversations, the
+    length baseline, the length-controlled pairs, Spearman, each dimension's)."""
+    out = {}
+    for key, name in (("pairs", "human_pairs"), ("length_baseline", "human_length_baseline"),
+                      ("controlled", "human_pairs_controlled"),
+                      ("length_baseline_controlled", "human_length_baseline_controlled"),
+                      ("spearman", "human_spearman")):
+        f = fig[key]
+        out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
+    out["human_pairs_conversations"] = fig["pairs"]["clusters"]
+    for d, f in (fig.get("by_dimension") or {}).items():
+        out.update({f"human_pairs.{d}": f["pairs"], f"human_spearman.{d}": f["spearman"]})
     return out
 
 
@@ -168,6 +234,25 @@ def plot_distributions(candidates: list[dict], raw: dict, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+HUMAN_ITEMS = "data/human/items.jsonl"
+HUMAN_SCORES = "data/judge_check/human_scores.jsonl"
+
+
+def load_human_items(params, path: str = HUMAN_ITEMS) -> list[dict]:
+    """The human set's items judge_check scores: at most human.judge_items, whole conversations with a pair,
+    held-out conversations first (a reward model is measured on those too, beside the judge)."""
+    from pathlib import Path
+
+    from mascot.io import load_jsonl
+    from mascot.splits import is_held_out
+
+    if not Path(path).exists():
+        return []
+    items = load_jsonl(path)
+    held = {i["conversation_id"] for i in items if is_held_out(i, params.heldout)}
+    return human_ratings.select_items(items, params.human.min_gap, params.human.judge_items, held)
 
 
 def main(params, granularity: str = "reply") -> None:
@@ -208,14 +293,16 @@ def main(params, granularity: str = "reply") -> None:
         from mascot.annotate.score import resolve_prompt_style
 
         styles = [resolve_prompt_style(params.score)]
+    human_items = load_human_items(params) if g.name == "reply" else None
     backend = make_backend(params.llm.judge, "llm.judge")
-    journals = {}  # one per (format, mode): a journal keeps only its own run's records
+    journals = {}  # one per (format, mode, part): a journal keeps only its own run's records
 
-    def journal_for(style, mode):
-        return journals.setdefault((style, mode), Journal(f"{stage}-{style}-{mode}"))
+    def journal_for(style, mode, part):
+        name = f"{stage}-{style}-{mode}" + ("" if part == "reference" else f"-{part}")
+        return journals.setdefault(name, Journal(name))
     try:
         report, raw, candidates = run_judge_check(items, personas, params.score, backend, styles, modes, journal_for,
-                                                  g, rubric)
+                                                  g, rubric, human_items, params.human.min_gap)
     finally:
         for j in journals.values():
             j.close()
@@ -226,6 +313,8 @@ def main(params, granularity: str = "reply") -> None:
                "items_dialogue": sum(i["kind"] == "dialogue" for i in items),
                "items_qa": sum(i["kind"] == "qa" for i in items), **headline(main_fig, g),
                "by_prompt_style": {f"{s}/{m}": headline(report["by_prompt_style"][s][m], g) for s in styles for m in modes}}
+    if human_items:
+        metrics.update(human_items=len(human_items), chosen_by="human_pairs")
     if len(modes) == 2:
         agreement = report["by_prompt_style"][chosen]["mode_agreement"]
         metrics.update(mode_agreement_spearman=agreement["total_spearman"],
@@ -233,6 +322,11 @@ def main(params, granularity: str = "reply") -> None:
     report.update(metrics={k: v for k, v in metrics.items() if k != "by_prompt_style"})
     write_jsonl(scores_path, [{**s, "reply_type": c["reply_type"], "prompt_style": style, "mode": mode}
                               for (style, mode), scores in raw.items() for c, s in zip(candidates, scores)])
+    human_scores = report.pop("human_scores")
+    if g.name == "reply":  # train_rm measures its reward model beside the judge on the same human pairs
+        write_jsonl(HUMAN_SCORES, [{**r, "prompt_style": key.split("/")[0], "mode": key.split("/")[1],
+                                    "chosen": key == f"{chosen}/{modes[0]}"}
+                                   for key, records in human_scores.items() for r in records])
     write_json(report_path, report)
     write_json(g.judge_check_metrics, metrics)
     Path(plot_path).parent.mkdir(parents=True, exist_ok=True)
@@ -254,6 +348,13 @@ def main(params, granularity: str = "reply") -> None:
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and v is not None})
         mlflow.log_artifact(report_path)
         mlflow.log_artifact(plot_path)
+    if human_items:
+        print(f"{stage}: against people ({len(human_items)} rated supporter turns; format chosen by it): "
+              + "; ".join(f"{s}/{m}: " + human_ratings.describe_agreement(report["by_prompt_style"][s][m]["human"])
+                          for s in styles for m in modes))
+    elif g.name == "reply":
+        print(f"{stage}: no human reference set ({HUMAN_ITEMS} is missing or empty): the judge is measured against "
+              "no people")
     print(f"{stage}: {len(items)} items on the {rubric.name} rubric; prompt format {chosen}; "
           + "; ".join(f"{run_key}: " + ", ".join(f"{g.judge_figure_words.get(name, name)} {f[name]} "
                                                 f"[{f[name + '_ci_low']}, {f[name + '_ci_high']}] (n {f[name + '_n']})"

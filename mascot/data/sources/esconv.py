@@ -1,6 +1,9 @@
 """ESConv (thu-coai/Emotional-Support-Conversation): a JSON list of conversations.
 
-`ESConv.json` names the roles seeker/supporter; `FailedESConv.json` names them speaker/listener.
+`ESConv.json` names the roles seeker/supporter; `FailedESConv.json` names them speaker/listener. A seeker turn
+may carry `annotation.feedback` ("1".."5"): the seeker's rating of the supporter's turn(s) just before it, kept
+as the turn's `rating` (mascot/data/human_ratings.py); `survey_score` (the seeker's empathy and relevance
+ratings of the whole conversation) is kept in the metadata.
 """
 from __future__ import annotations
 
@@ -12,6 +15,33 @@ from mascot.io import BadRows, InputError, require
 
 ROLE_MAP = {"seeker": "user", "speaker": "user", "usr": "user", "supporter": "assistant",
             "listener": "assistant", "sys": "assistant"}
+
+
+def _rating(turn: dict, where: str) -> int | None:
+    """The seeker's feedback on the turn, 1-5, or None; anything else is an error that names the turn."""
+    annotation = turn.get("annotation") or {}
+    raw = annotation.get("feedback") if isinstance(annotation, dict) else None
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InputError(f"{where}: annotation.feedback {raw!r} is not a rating 1-5") from None
+    if not 1 <= value <= 5:
+        raise InputError(f"{where}: annotation.feedback {raw!r} is not a rating 1-5")
+    return value
+
+
+def _survey(raw) -> dict:
+    """The seeker's survey of the whole conversation: {empathy, relevance} as numbers, where given."""
+    seeker = (raw or {}).get("seeker") if isinstance(raw, dict) else None
+    out = {}
+    for key in ("empathy", "relevance"):
+        try:
+            out[key] = float(seeker[key])
+        except (TypeError, KeyError, ValueError):
+            continue
+    return out
 
 
 def parse_conversation(conv: dict, where: str, dialogue_id: str, source: str = "esconv") -> Dialogue:
@@ -26,12 +56,16 @@ def parse_conversation(conv: dict, where: str, dialogue_id: str, source: str = "
         speaker = require(turn, "speaker", str, turn_where)
         if speaker not in ROLE_MAP:
             raise InputError(f"{turn_where}: unknown speaker '{speaker}' (expected one of {sorted(ROLE_MAP)})")
-        turns.append(Turn(ROLE_MAP[speaker], require(turn, "content", str, turn_where), speaker))
+        turns.append(Turn(ROLE_MAP[speaker], require(turn, "content", str, turn_where), speaker,
+                          _rating(turn, turn_where)))
     turns = merge_consecutive(turns)
     if not turns:
         raise InputError(f"{where}: empty dialogue (no non-blank turns)")
     metadata = {k: conv.get(k) for k in ("emotion_type", "problem_type", "experience_type", "situation")
                 if conv.get(k) is not None}
+    survey = _survey(conv.get("survey_score"))
+    if survey:
+        metadata["survey_score"] = survey
     return Dialogue(dialogue_id, source, turns, metadata)
 
 

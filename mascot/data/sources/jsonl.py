@@ -1,4 +1,7 @@
-"""The project's plain format: one `{id, context: [{role, content}], metadata}` object per line."""
+"""The project's plain format: one `{id, context: [{role, content}], metadata}` object per line.
+
+A user message may carry `rating` (1-5): the user's own rating of the assistant turn(s) just before it, as
+ESConv's `annotation.feedback`; rated turns join the human reference set (mascot/data/human_ratings.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,7 +35,10 @@ def load_jsonl_dialogues(path: str | Path, bad: BadRows) -> list[Dialogue]:
                 content = require(msg, "content", str, mw).strip()
                 if not content:
                     raise InputError(f"{mw}: empty content")
-                turns.append(Turn(ROLES[role], content))
+                rating = msg.get("rating")
+                if rating is not None and (isinstance(rating, bool) or rating not in (1, 2, 3, 4, 5)):
+                    raise InputError(f"{mw}: rating {rating!r} is not a whole number 1-5")
+                turns.append(Turn(ROLES[role], content, None, int(rating) if rating is not None else None))
             metadata = rec.get("metadata", {})
             if not isinstance(metadata, dict):
                 raise InputError(f"{where}: field 'metadata' should be an object, got {type(metadata).__name__}")
