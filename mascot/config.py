@@ -190,7 +190,7 @@ class HumanParams(Block):
     min_gap: int = Field(2, ge=1, le=4)  # two turns of one conversation form a pair when their ratings differ this much
     persona: str = "The Anchor"  # the persona slot the judge and the reward models read a supporter's turn under
     # judge_check scores at most this many items, whole conversations, held-out ones first (null: all of them)
-    judge_items: int | None = Field(96, ge=1)
+    judge_items: int | None = Field(48, ge=1)
 
 
 class ScoreGroupParams(Block):
