@@ -38,6 +38,10 @@ class Granularity:
     gated: tuple[str, ...] = ()
     judge_figure_words: dict[str, str] = field(default_factory=dict)
     default_rubric: str = ""  # the shipped rubric file (the params block's default)
+    # what people rated in the corpus: one unit each (ESConv's per-turn feedback: the human set, human pairs), or
+    # only the whole conversation (ESConv's survey)
+    human_ratings: bool = False
+    survey_ratings: bool = False
 
     # ---- params and rubric ----
     def rubric(self, params=None):
@@ -285,7 +289,7 @@ REPLY = Replies(
     gated=("ref_gt_off_topic", "ref_gt_cold"),
     judge_figure_words={"ref_gt_off_topic": "human reply > off-topic", "ref_gt_cold": "human reply > cold",
                         "qa_ref_gt_off_topic": "gold answer > another meeting's"},
-    default_rubric="data/rubrics/persona.yaml")
+    default_rubric="data/rubrics/persona.yaml", human_ratings=True)
 BLOCK = Blocks(
     "block", "episode_id", ("prefix_id",), "episodes", "score_group", "group_pairs", "train_group_rm", "promote_group",
     "validate_group", "group_reward_experiment", "group", "metrics/judge_check_group.json",
@@ -297,5 +301,5 @@ BLOCK = Blocks(
     gated=("ref_gt_echo", "ref_gt_off_topic", "ref_gt_redundant"),
     judge_figure_words={"ref_gt_echo": "human block > echo chamber", "ref_gt_off_topic": "human block > off-topic",
                         "ref_gt_redundant": "human block > redundant"},
-    default_rubric="data/rubrics/collective.yaml")
+    default_rubric="data/rubrics/collective.yaml", survey_ratings=True)
 GRANULARITIES = {g.name: g for g in (REPLY, BLOCK)}

@@ -74,7 +74,7 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     promoted, reason = registry.decide_promotion(new_metrics, champion_metrics, p.min_eval_accuracy,
                                                  p.require_beat_length_baseline, p.bar_on, params.stats.min_n)
     human_metrics = {}
-    if new_scorer.granularity.name == "reply":  # people rate one supporter turn, not a block of group turns
+    if new_scorer.granularity.human_ratings:  # people rated one supporter turn, not a block of group turns
         human = held_out_human(params)
         human_metrics = human_set_metrics(new_scorer, human, personas) if human is not None else {}
         promoted, reason = human_gate(promoted, reason, human_metrics, p.min_human_agreement, p.bar_on)

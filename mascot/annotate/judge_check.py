@@ -155,7 +155,7 @@ def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams
             journal = journal_for(style, mode, "reference") if journal_for else None
             raw[(style, mode)] = score_units(units, rubric, params, backend, journal, prompt_style=style)
             per_mode[mode] = analyse(candidates, raw[(style, mode)], mode, g, rubric.dimensions)
-            if g.name == "block":
+            if g.survey_ratings:
                 per_mode[mode]["survey"] = survey_agreement(items, candidates, raw[(style, mode)])
             if human_items:
                 journal = journal_for(style, mode, "human") if journal_for else None
@@ -294,7 +294,7 @@ def main(params, granularity: str = "reply") -> None:
         from mascot.annotate.score import resolve_prompt_style
 
         styles = [resolve_prompt_style(params.score)]
-    human_items = load_human_items(params) if g.name == "reply" else None
+    human_items = load_human_items(params) if g.human_ratings else None
     backend = make_backend(params.llm.judge, "llm.judge")
     journals = {}  # one per (format, mode, part): a journal keeps only its own run's records
 
@@ -324,7 +324,7 @@ def main(params, granularity: str = "reply") -> None:
     write_jsonl(scores_path, [{**s, "reply_type": c["reply_type"], "prompt_style": style, "mode": mode}
                               for (style, mode), scores in raw.items() for c, s in zip(candidates, scores)])
     human_scores = report.pop("human_scores")
-    if g.name == "reply":  # train_rm measures its reward model beside the judge on the same human pairs
+    if g.human_ratings:  # train_rm measures its reward model beside the judge on the same human pairs
         write_jsonl(HUMAN_SCORES, [{**r, "prompt_style": key.split("/")[0], "mode": key.split("/")[1],
                                     "chosen": key == f"{chosen}/{modes[0]}"}
                                    for key, records in human_scores.items() for r in records])
@@ -353,7 +353,7 @@ def main(params, granularity: str = "reply") -> None:
         print(f"{stage}: against people ({len(human_items)} rated supporter turns; format chosen by it): "
               + "; ".join(f"{s}/{m}: " + human_ratings.describe_agreement(report["by_prompt_style"][s][m]["human"])
                           for s in styles for m in modes))
-    elif g.name == "block":
+    elif g.survey_ratings:
         print(f"{stage}: against the seekers' survey of each conversation: " + "; ".join(
             f"{run_key}: " + ", ".join(
                 f"{key} Spearman {f.get(f'survey_{key}_spearman')} [{f.get(f'survey_{key}_spearman_ci_low')}, "
@@ -361,7 +361,7 @@ def main(params, granularity: str = "reply") -> None:
                 + (f"; {TOO_FEW}" if (f.get(f"survey_{key}_n") or 0) < stats.MIN_N else "") + ")"
                 for key in ("empathy", "relevance"))
             for run_key, f in metrics["by_prompt_style"].items()))
-    elif g.name == "reply":
+    elif g.human_ratings:
         print(f"{stage}: no human reference set ({HUMAN_ITEMS} is missing or empty): the judge is measured against "
               "no people")
     print(f"{stage}: {len(items)} items on the {rubric.name} rubric; prompt format {chosen}; "

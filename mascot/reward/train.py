@@ -225,7 +225,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                           | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity,
                              "world_size": world_size()})
         reference = load_jsonl(reference_path) if reference_path and Path(reference_path).exists() else None
-        human = held_out_human(params) if granularity == "reply" else None
+        human = held_out_human(params) if g.human_ratings else None
         result = train_reward_model(pairs, personas, p, out, ckpt, reference, granularity, human=human)
         metrics = result["metrics"]
         from mascot.pairs import chosen_longer_fraction

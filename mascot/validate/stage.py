@@ -47,7 +47,7 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
                                                       "max_constant_group_fraction": v.max_constant_group_fraction,
                                                       "max_empty_reason_fraction": v.max_empty_reason_fraction,
                                                       "min_human_agreement": v.min_human_agreement
-                                                      if g.name == "reply" else None},
+                                                      if g.human_ratings else None},
                                         split_counts=counts,
                                         split_limits={"min_train_pairs": v.min_train_pairs,
                                                       "min_eval_pairs": v.min_eval_pairs,
@@ -67,7 +67,7 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
     write_json(metrics_path, {"success": ok, "failed": sum(not r["success"] for r in results),
                                      "judge_gate": v.judge_gate, "judge_bar_on": v.judge_bar_on,
                                      "min_judge_accuracy": bar, "judge_figures": judge_check_path,
-                                     "min_human_agreement": v.min_human_agreement if g.name == "reply" else None,
+                                     "min_human_agreement": v.min_human_agreement if g.human_ratings else None,
                                      "judge_human_pairs": judge_check.get("human_pairs"),
                                      "judge_warning": warning})
     write_json(report / "validation.json", {"success": ok, "evaluated": len(results), "judge_warning": warning,
