@@ -156,7 +156,27 @@ class EpisodesParams(Block):
     seed: int = 7
 
 
+class ScorerParams(Block):
+    """What judges a unit on the rubric: the LLM judge (`llm.judge`), or a Python function named by `target`
+    ("module:function", called as function(subject, rubric, **kwargs) -> {dimension: 1..5}) for the dimensions
+    it lists (all of the rubric's when `dimensions` is null; the LLM judge scores the others). It judges
+    wherever the LLM judge does: judge_check, score, the watches, evaluate and the group stages."""
+    kind: Literal["llm", "function"] = "llm"
+    target: str | None = None
+    dimensions: list[str] | None = Field(None, min_length=1)
+    kwargs: dict[str, Any] = {}  # passed to the function: e.g. a control's pattern or seed
+
+    @model_validator(mode="after")
+    def _target_for_function(self):
+        if self.kind == "function" and not (self.target and ":" in self.target):
+            raise ValueError("score.scorer.kind is 'function': set score.scorer.target to 'module:function'")
+        if self.kind == "llm" and (self.target or self.dimensions or self.kwargs):
+            raise ValueError("score.scorer.target/dimensions/kwargs apply to kind 'function' only")
+        return self
+
+
 class ScoreParams(Block):
+    scorer: ScorerParams = ScorerParams()
     # the rubric file (data/rubrics/*.yaml: dimensions, wording, strictness, anchors); relative to the working
     # directory, else to the project
     rubric: str = "data/rubrics/persona.yaml"
@@ -342,6 +362,9 @@ class WatchParams(Block):
     probe_queries: int = Field(7, ge=1)
     probe_personas: int = Field(2, ge=1)
     max_tokens: int | None = Field(None, ge=1)  # default: the block's max_completion_length
+    # 0: greedy answers; above 0: sampled at a fixed seed (a small or random model's greedy answer loops on one
+    # token and hides what its sampling distribution learned)
+    temperature: float = Field(0.0, ge=0)
     judge_margin: float = Field(0.05, ge=0)  # a judge change below this, with the reward model up: over-optimising
     min_checks: int = Field(2, ge=2)
     # a version whose verdict is over-optimising is registered but does not get the `champion` alias

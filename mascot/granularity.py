@@ -157,6 +157,12 @@ class Replies(Granularity):
                 f"Typical words: {vocab}.\nConversation:\n{transcript.render(context, persona.name)}\n"
                 f"Reply: {reply}\n")
 
+    def unit(self, unit_id: str, fields: dict, persona, context: list[dict], reply: str) -> dict:
+        """A judge unit: the rendered item an LLM judge reads, the subject a function judge reads (score.scorer)."""
+        return {"id": unit_id, "item": self.judge_item(persona, context, reply), "fields": fields,
+                "subject": {"granularity": self.name, "text": reply, "context": context, "persona": persona.name},
+                "skip": None if reply.strip() else "empty reply"}
+
     def judge_units(self, records, queries, personas):
         from mascot.data.personas import resolve_persona
 
@@ -166,10 +172,8 @@ class Replies(Granularity):
             if q is None:
                 raise ValueError(f"candidate {cand['candidate_id']}: query {cand['query_id']} is not in the queries file")
             persona = resolve_persona(personas, cand["persona"], f"candidate {cand['candidate_id']}")
-            units.append({"id": cand["candidate_id"], "item": self.judge_item(persona, q["context"], cand["text"]),
-                          "fields": {"candidate_id": cand["candidate_id"], "query_id": cand["query_id"],
-                                     "persona": cand["persona"]},
-                          "skip": None if cand["text"].strip() else "empty reply"})
+            units.append(self.unit(cand["candidate_id"], {"candidate_id": cand["candidate_id"], "query_id": cand["query_id"],
+                                                          "persona": cand["persona"]}, persona, q["context"], cand["text"]))
         return units
 
     def unit_text(self, unit):
@@ -215,6 +219,13 @@ class Blocks(Granularity):
         return (f"Companions: {roster}.\nConversation so far:\n{transcript.render(context)}\n"
                 f"Block:\n{transcript.render(block)}\n")
 
+    def unit(self, unit_id: str, fields: dict, roster: str, context: list[dict], block: list[dict],
+             skip: str | None = None) -> dict:
+        """A judge unit: the rendered item an LLM judge reads, the subject a function judge reads (score.scorer)."""
+        return {"id": unit_id, "item": self.judge_item(roster, context, block), "fields": fields,
+                "subject": {"granularity": self.name, "text": transcript.render(block), "context": context,
+                            "persona": None, "block": block}, "skip": skip}
+
     def judge_units(self, records, queries, personas):
         """Each branch's block (its turns after the shared prefix). An invalid branch is not judged: its
         record says why."""
@@ -230,9 +241,9 @@ class Blocks(Granularity):
                 skip = f"invalid branch: {e['invalid_reason']}"
             elif not any(t["text"].strip() for t in e["turns"]):
                 skip = "empty block"
-            units.append({"id": e["episode_id"], "item": self.judge_item(team, q["context"], transcript.turn_messages(e["turns"])),
-                          "fields": {"episode_id": e["episode_id"], "query_id": e["query_id"],
-                                     "prefix_id": e["prefix_id"], "branch": e["branch"]}, "skip": skip})
+            units.append(self.unit(e["episode_id"], {"episode_id": e["episode_id"], "query_id": e["query_id"],
+                                                     "prefix_id": e["prefix_id"], "branch": e["branch"]},
+                                   team, q["context"], transcript.turn_messages(e["turns"]), skip))
         return units
 
     def unit_text(self, unit):
@@ -269,9 +280,8 @@ class Blocks(Granularity):
                 unit_id = f"{item['item_id']}|{variant}"
                 variants.append({"query_id": item["item_id"], "reply_type": variant, "kind": item["kind"],
                                  "text": transcript.render(turns), "candidate_index": k})
-                units.append({"id": unit_id, "item": self.judge_item(team, item["context"], turns),
-                              "fields": {"episode_id": unit_id, "query_id": item["item_id"], "prefix_id": item["item_id"],
-                                         "branch": k}, "skip": None})
+                units.append(self.unit(unit_id, {"episode_id": unit_id, "query_id": item["item_id"],
+                                                 "prefix_id": item["item_id"], "branch": k}, team, item["context"], turns))
         return variants, units
 
     def reference_sides(self, item, personas):

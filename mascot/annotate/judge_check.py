@@ -264,11 +264,11 @@ def main(params, granularity: str = "reply") -> None:
     import mlflow
 
     from mascot import registry
+    from mascot.annotate.function_judge import make_judge
     from mascot.data.personas import load_personas
     from mascot.data.prepare import load_source, token_counter
     from mascot.granularity import GRANULARITIES
     from mascot.io import BadRows, load_jsonl, write_json, write_jsonl
-    from mascot.llm.factory import make_backend
     from mascot.resume import Journal
 
     g = GRANULARITIES[granularity]
@@ -294,8 +294,10 @@ def main(params, granularity: str = "reply") -> None:
         from mascot.annotate.score import resolve_prompt_style
 
         styles = [resolve_prompt_style(params.score)]
+    if params.score.scorer.kind == "function" and not params.score.scorer.dimensions:
+        styles, modes = styles[:1], modes[:1]  # a function judge reads no prompt: one format and mode say it all
     human_items = load_human_items(params) if g.human_ratings else None
-    backend = make_backend(params.llm.judge, "llm.judge")
+    backend = make_judge(params)
     journals = {}  # one per (format, mode, part): a journal keeps only its own run's records
 
     def journal_for(style, mode, part):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mascot.annotate.rubric import (MIN_REASON_CHARS, PERSONA, SCORE_CHOICES, JudgeParseError, Rubric,
                                     expected_score, load_rubric)
+from mascot.annotate.function_judge import FunctionJudge
 from mascot.config import ScoreParams
 from mascot.data.personas import Persona
 from mascot.granularity import BLOCK, REPLY, Granularity
@@ -106,33 +107,63 @@ def check_style(params: ScoreParams, prompt_style: str | None) -> str:
     return style
 
 
-def score_units(units: list[dict], rubric: Rubric, params: ScoreParams, backend: LLMBackend,
+def _overlay_function(chunk, records, rubric, judge) -> list[dict]:
+    """The function judge's scores on the dimensions it owns, over the LLM judge's record where one ran (kept
+    as llm_scores). A unit the LLM judge could not score stays unscored: no score is half invented."""
+    owned, out = judge.owned(rubric), []
+    for unit, record in zip(chunk, records):
+        if record is not None and record["status"] != "scored":
+            out.append({**record, "judge_model": judge.model_name})
+            continue
+        scores = {**(record["scores"] if record else {}), **judge.rate(unit, rubric)}
+        extra = {"llm_scores": record["scores"], "llm_mode": record["judge_mode"]} if record else {}
+        base = {k: v for k, v in (record or {}).items() if k not in ("scores", "total_reward", "judge_model", "judge_mode")}
+        out.append(_record(unit, judge.model_name, "function" if record is None else f"{record['judge_mode']}+function",
+                           **base, scores=scores, total_reward=round(rubric.total(scores), 4),
+                           function_dimensions=list(owned), **extra))
+    return out
+
+
+def score_units(units: list[dict], rubric: Rubric, params: ScoreParams, backend: LLMBackend | FunctionJudge,
                 journal: Journal | None = None, chunk_size: int = 8, stats: dict | None = None,
                 prompt_style: str | None = None) -> list[dict]:
     """Score each unit on `rubric`. A unit is {"id", "fields" (copied into its record), "item" (the rendered
-    item the judge reads), "skip" (a reason not to judge it, e.g. an empty reply, or None)}. One record per
-    unit, in order; records already in `journal` are reused."""
+    item the judge reads), "subject" (what a function judge reads), "skip" (a reason not to judge it, e.g. an
+    empty reply, or None)}. One record per unit, in order; records already in `journal` are reused. `backend`
+    is an LLM judge or a FunctionJudge (mascot/annotate/function_judge.py, with its own LLM judge or none)."""
     style = check_style(params, prompt_style)
+    function = backend if isinstance(backend, FunctionJudge) else None
+    llm = function.llm if function else backend
+    if function:
+        function.owned(rubric)  # a dimension the rubric lacks stops here, before any work
     jobs = []
     for unit in units:
-        prompts = rubric_prompts(rubric, unit["item"], params, style) if not unit.get("skip") else None
+        todo = not unit.get("skip")
+        prompts = rubric_prompts(rubric, unit["item"], params, style) if todo and llm is not None else None
         key = fingerprint(unit["id"], backend.identity, params.mode, prompts, params.max_tokens,
-                          params.max_parse_retries, params.min_choice_mass, unit.get("skip"))
-        jobs.append((unit, prompts, key))
+                          params.max_parse_retries, params.min_choice_mass, unit.get("skip"),
+                          unit.get("subject") if function else None)
+        jobs.append((unit, prompts, key, todo))
     score_chunk = _score_expected if params.mode == "expected" else _score_json
 
     def compute(start: int, end: int) -> list[dict]:
         chunk = jobs[start:end]
-        todo = [(unit, prompts, key) for unit, prompts, key in chunk if prompts is not None]
-        records = dict(zip([key for _, _, key in todo],
-                           score_chunk([u for u, _, _ in todo], [p for _, p, _ in todo], rubric, params, backend)
-                           if todo else []))
-        return [{**(records.get(key) or _unscored(unit, backend.model_name, params.mode, unit.get("skip"))),
-                 "judge_prompt_style": style} for unit, _, key in chunk]
+        todo = [(unit, prompts) for unit, prompts, _, needed in chunk if needed]
+        if not todo:
+            scored = []
+        else:
+            scored = (score_chunk([u for u, _ in todo], [p for _, p in todo], rubric, params, llm)
+                      if llm is not None else [None] * len(todo))
+            if function:
+                scored = _overlay_function([u for u, _ in todo], scored, rubric, function)
+        scored_iter = iter(scored)
+        mode = "function" if function and llm is None else params.mode
+        return [{**(next(scored_iter) if needed else _unscored(unit, backend.model_name, mode, unit.get("skip"))),
+                 "judge_prompt_style": style} for unit, _, _, needed in chunk]
 
-    done = run_journaled([key for *_, key in jobs], compute, journal, chunk_size,
-                         f"score {rubric.name} ({params.mode})", 1, stats)
-    return [done[key] for _, _, key in jobs]
+    done = run_journaled([key for _, _, key, _ in jobs], compute, journal, chunk_size,
+                         f"score {rubric.name} ({'function' if function and llm is None else params.mode})", 1, stats)
+    return [done[key] for _, _, key, _ in jobs]
 
 
 def candidate_units(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona]) -> list[dict]:
@@ -202,9 +233,9 @@ def _run(params, units: list[dict], granularity: Granularity, journal_name: str,
          queries: dict[str, dict]) -> dict:
     """Score the units of `granularity` on the rubric its params block names."""
     from mascot.io import write_json, write_jsonl
-    from mascot.llm.factory import make_backend
+    from mascot.annotate.function_judge import make_judge
 
-    backend = make_backend(params.llm.judge, "llm.judge")
+    backend = make_judge(params)
     journal, stats = Journal(journal_name), {}
     style = resolve_prompt_style(params.score)
     rubric = granularity.rubric(params)

@@ -158,7 +158,8 @@ class LocalBackend:
         if cache is not None:
             kwargs["cache"] = cache
         if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p)
+            # top_k 0: no top-k cut, as vLLM and TRL sample; left unset, transformers' generate cuts at 50 tokens
+            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
         else:
             kwargs.update(do_sample=False)
         if stop:

@@ -110,7 +110,7 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
                        float(SCORE_CHOICES[0]))
 
     def answer(model, tokenizer):
-        raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length)
+        raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature)
         # a transcript prompt ends in "Agent:" (the completion continues it); a chat one has no prefill
         directives = [directive_text(r, prefilled=not isinstance(prompt, list)) for r, prompt in zip(raw, prompts)]
         branches = [Branch(q["query_id"], 0, q["context"]) for q in probes]
@@ -119,9 +119,9 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
         valid = [i for i, b in enumerate(branches) if b.valid]
         rm_valid = dict(zip(valid, scorer.score([(None, branches[i].context, block_messages(branches[i].turns))
                                                  for i in valid]))) if valid else {}
-        units = [{"id": f"{b.query_id}|watch", "item": BLOCK.judge_item(team, b.context, turn_messages(b.turns)),
-                  "fields": {"episode_id": f"{b.query_id}|watch", "query_id": b.query_id, "prefix_id": b.query_id,
-                             "branch": 0}, "skip": None if b.valid else "empty block"} for b in branches]
+        units = [BLOCK.unit(f"{b.query_id}|watch", {"episode_id": f"{b.query_id}|watch", "query_id": b.query_id,
+                                                     "prefix_id": b.query_id, "branch": 0},
+                            team, b.context, turn_messages(b.turns), None if b.valid else "empty block") for b in branches]
         return directives, [rm_valid.get(i) for i in range(len(branches))], judged(units)
     return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
 
@@ -135,6 +135,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     from mascot.annotate.episodes import speaker_sampling
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
+    from mascot.annotate.function_judge import make_judge
     from mascot.llm.factory import make_backend
     from mascot.policy.grpo import champion_scorer, run_policy_stage
 
@@ -168,7 +169,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                            "frac_reward_zero_std", "completions/clipped_ratio"]}
     from mascot.launch import is_main_process
 
-    judge = make_backend(params.llm.judge, "llm.judge") if p.watch.enabled and is_main_process() else None
+    judge = make_judge(params) if p.watch.enabled and is_main_process() else None
     try:
         watch = director_watch(params, p, queries, personas, scorer, speaker, judge, rollout) if judge else None
         metrics, version = run_policy_stage(

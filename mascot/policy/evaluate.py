@@ -74,7 +74,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
     from mascot import registry
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.llm.factory import make_backend
+    from mascot.annotate.function_judge import make_judge
     from mascot.llm.local_backend import LocalBackend
     from mascot.reward.scorer import RewardScorer
 
@@ -88,7 +88,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
     rm_name, alias = params.train_rm.registered_model, params.grpo.reward_alias
     rm_version = registry.check_recorded_champion(rm_name, alias, "metrics/promote.json", "evaluate", "promote")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
-    judge = make_backend(params.llm.judge, "llm.judge")
+    judge = make_judge(params)
     policy = json.loads((Path(policy_dir) / "registered.json").read_text())
     results, all_replies = {}, []
     git = {**registry.git_state(), **registry.dvc_experiment_tags()}

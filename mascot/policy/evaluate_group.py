@@ -33,10 +33,10 @@ def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) ->
         before = list(queries[e["query_id"]]["context"])
         for k, t in enumerate(e["turns"]):
             if t["role"] == "agent":
-                units.append({"id": f"{e['episode_id']}|t{k}", "item": REPLY.judge_item(personas[t["speaker"]], before, t["text"]),
-                              "fields": {"candidate_id": f"{e['episode_id']}|t{k}", "query_id": e["query_id"],
-                                         "persona": t["speaker"], "episode_id": e["episode_id"]},
-                              "skip": None if t["text"].strip() else "empty reply"})
+                units.append(REPLY.unit(f"{e['episode_id']}|t{k}", {"candidate_id": f"{e['episode_id']}|t{k}",
+                                                                  "query_id": e["query_id"], "persona": t["speaker"],
+                                                                  "episode_id": e["episode_id"]},
+                                        personas[t["speaker"]], list(before), t["text"]))
             before.append(block_messages([t])[0])
     return units
 
@@ -104,6 +104,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     from mascot.annotate.score import resolve_prompt_style
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json, write_jsonl
+    from mascot.annotate.function_judge import make_judge
     from mascot.llm.factory import make_backend
     from mascot.llm.local_backend import LocalBackend
     from mascot.policy.evaluate import load_policy
@@ -127,7 +128,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                                                   "promote_group")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     speaker = make_backend(params.llm.speaker, "llm.speaker")
-    judge = make_backend(params.llm.judge, "llm.judge")
+    judge = make_judge(params)
     style = resolve_prompt_style(params.score)
     director_version = json.loads((Path(director_dir) / "registered.json").read_text())
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)

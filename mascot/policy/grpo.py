@@ -337,7 +337,7 @@ def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dic
                        float(SCORE_CHOICES[0]))
 
     def answer(model, tokenizer):
-        raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length)
+        raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature)
         # what the reward functions read: a chat reply whole, a transcript reply's first line
         answers = [r.strip() if isinstance(prompt, list) else first_line(r) for r, prompt in zip(raw, prompts)]
         rm = scorer.score([(persona_fields(persona), q["context"], a) for (q, persona), a in zip(probes, answers)])
@@ -376,9 +376,9 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
               str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
     judge = None
     if p.watch.enabled and is_main_process():
-        from mascot.llm.factory import make_backend
+        from mascot.annotate.function_judge import make_judge
 
-        judge = make_backend(params.llm.judge, "llm.judge")
+        judge = make_judge(params)
     try:
         watch = speaker_watch(params, p, queries, personas, scorer, judge) if judge is not None else None
         metrics, version = run_policy_stage(

@@ -3,7 +3,8 @@
 while it happens, not after.
 
 At step 0, every `every_steps` steps and at the last step the current policy answers a fixed probe set
-(held-out queries, never trained on; greedy), and each answer is scored by the reward model being optimised,
+(held-out queries, never trained on; greedy, or
+sampled at a fixed seed with `watch.temperature`), and each answer is scored by the reward model being optimised,
 by the judge on its rubric, and by its length and repetition (distinct-2). At the end a verdict compares the
 last check with step 0, per probe (a paired bootstrap over the probes):
 
@@ -295,8 +296,9 @@ class Watch:
         return result, flat_metrics(result)
 
 
-def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int) -> list[str]:
-    """The policy's greedy continuation of each prompt (text, or messages through the chat template)."""
+def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, temperature: float = 0.0) -> list[str]:
+    """The policy's greedy continuation of each prompt (text, or messages through the chat template); with a
+    temperature above 0, a sample at a fixed seed (the same draws at every check: only the policy changes)."""
     import torch
 
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if isinstance(p, list) else p
@@ -313,6 +315,7 @@ def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int) -> list
     torch.manual_seed(0)
     # bf16 autocast where native, as the trainer computes the policy (mascot/precision.py)
     with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=native_bf16()):
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else \
+            {"do_sample": False}
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
     return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)

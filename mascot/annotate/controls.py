@@ -1,0 +1,40 @@
+"""Programmatic judges for the pipeline's controls (score.scorer: {kind: function, target: ...}).
+
+A chain that is given a preference must recover it, and a chain given noise must say it found nothing
+(docs/controls.md). These are the two judges that make those chains:
+
+- `planted_feature`: every dimension is `high` when the unit's text matches `pattern` (a regular
+  expression) and `low` when it does not. A pattern the base policy matches sometimes, not always, gives
+  pairs that carry the feature, a reward model that can learn it and a policy that can move towards it.
+- `seeded_noise`: every dimension is a number drawn uniformly from [1, 5], seeded by the unit's text, the
+  dimension and `seed`: the same text always gets the same scores (a resumed or repeated judge agrees with
+  itself), and nothing about the text predicts them.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+
+
+@lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern)
+
+
+def planted_feature(subject: dict, rubric, pattern: str, high: float = 5.0, low: float = 1.0) -> dict[str, float]:
+    score = high if _compiled(pattern).search(subject["text"]) else low
+    return {d: score for d in rubric.dimensions}
+
+
+def seeded_noise(subject: dict, rubric, seed: int = 0) -> dict[str, float]:
+    out = {}
+    for d in rubric.dimensions:
+        digest = hashlib.sha256(f"{seed}\0{d}\0{subject['text']}".encode()).digest()
+        out[d] = round(1.0 + 4.0 * int.from_bytes(digest[:8], "big") / 2**64, 4)
+    return out
+
+
+def feature_rate(texts: list[str], pattern: str) -> float | None:
+    """The share of `texts` that carry the planted feature (None for no texts)."""
+    return round(sum(bool(_compiled(pattern).search(t)) for t in texts) / len(texts), 4) if texts else None

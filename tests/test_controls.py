@@ -1,0 +1,122 @@
+"""The controls, end to end through DVC, TRL and MLflow on the tiny models (docs/controls.md).
+
+Positive: a programmatic judge prefers replies with a digit (the tiny speaker writes one in about a tenth of its
+replies); the chain must recover it. Negative: a judge of seeded noise; the chain must say it found nothing.
+Each chain is `mascot profile tiny controls control-<kind>` in a fresh git + DVC repo (about 7 minutes each)."""
+import json
+import re
+import subprocess
+
+import pytest
+from ruamel.yaml import YAML
+
+from tests.conftest import sh
+
+pytestmark = pytest.mark.integration
+DIGIT = re.compile(r"[0-9]")
+
+
+def _repo(repo_root, tmp_path_factory, kind: str):
+    from mascot.io import fresh_pipeline_copy
+
+    work = tmp_path_factory.mktemp(f"control-{kind}") / "repo"
+    env = fresh_pipeline_copy(repo_root, work)
+    sh(f"mascot profile tiny controls control-{kind}", work, env)
+    return work, env
+
+
+def _metrics(work, name: str) -> dict:
+    return json.loads((work / "metrics" / f"{name}.json").read_text())
+
+
+def _set_params(work, blocks: dict) -> None:
+    """Merge `blocks` into the repo's params.yaml (a gate's settings, as a user would edit them)."""
+    from mascot.profiles import deep_merge
+
+    yaml = YAML()
+    params = yaml.load((work / "params.yaml").read_text())
+    with open(work / "params.yaml", "w") as f:
+        yaml.dump(deep_merge(params, blocks), f)
+
+
+@pytest.fixture(scope="module")
+def positive(repo_root, tmp_path_factory):
+    work, env = _repo(repo_root, tmp_path_factory, "positive")
+    sh("dvc repro evaluate", work, env)
+    return work, env
+
+
+@pytest.fixture(scope="module")
+def negative(repo_root, tmp_path_factory):
+    work, env = _repo(repo_root, tmp_path_factory, "negative")
+    sh("dvc repro promote", work, env)
+    return work, env
+
+
+def test_positive_control_pairs_carry_the_feature_and_the_reward_model_learns_it(positive):
+    work, _ = positive
+    pairs = [json.loads(line) for line in (work / "data/pairs.jsonl").read_text().splitlines()]
+    assert len(pairs) >= 150
+    assert all(DIGIT.search(p["chosen"][-1]["content"]) and not DIGIT.search(p["rejected"][-1]["content"])
+               for p in pairs)
+    candidates = [json.loads(line)["text"] for line in (work / "data/candidates.jsonl").read_text().splitlines()]
+    rate = sum(bool(DIGIT.search(t)) for t in candidates) / len(candidates)
+    assert 0.03 < rate < 0.5, f"the base speaker shows the feature in {rate:.2f} of its replies: not 'sometimes'"
+    rm = _metrics(work, "train_rm")
+    assert rm["eval_pairs"] >= 100
+    # it learned the planted preference, beyond chance and beyond length (the issue's 0.9: see the xfail below)
+    assert rm["eval_accuracy_ci_low"] > max(0.7, rm["eval_length_baseline_accuracy"])
+    promote = _metrics(work, "promote")
+    assert promote["promoted"] and promote["alias"] == "champion" and promote["bar_on"] == "lower_bound"
+
+
+def test_positive_control_judges_run_as_functions_everywhere(positive):
+    work, _ = positive
+    scores = [json.loads(line) for line in (work / "data/scores.jsonl").read_text().splitlines()]
+    assert {s["judge_mode"] for s in scores} == {"function"}
+    assert _metrics(work, "judge_check")["judge_model"] == "function:mascot.annotate.controls:planted_feature"
+    replies = [json.loads(line) for line in (work / "reports/evaluate_replies.jsonl").read_text().splitlines()]
+    assert all(r["judge"]["total_reward"] == (5.0 if DIGIT.search(r["text"]) else 1.0) for r in replies if r["text"].strip())
+    watch = json.loads((work / "plots/train_grpo/watch_checks.json").read_text())
+    checks = watch if isinstance(watch, list) else watch["checks"]
+    assert all(j == (5.0 if DIGIT.search(a) else 1.0) for c in checks for a, j in zip(c["answers"], c["judge"])
+               if a.strip())
+
+
+@pytest.mark.xfail(strict=True, reason="not reached yet on the tiny models with full-distribution sampling: reward "
+                                       "model 0.81-0.83 (not 0.9), GRPO does not raise the planted feature "
+                                       "(docs/controls.md, 'What is not shown yet')")
+def test_positive_control_reaches_the_issues_bars(positive):
+    work, _ = positive
+    rm, grpo, evaluate = _metrics(work, "train_rm"), _metrics(work, "train_grpo"), _metrics(work, "evaluate")
+    judge = evaluate["grpo_minus_base"]["judge_total"]
+    assert rm["eval_accuracy"] >= 0.9
+    assert grpo["watch_verdict"] == "improving"
+    assert judge["n"] >= 10 and judge["ci_low"] > 0
+
+
+def test_negative_control_reward_model_finds_nothing_and_the_gates_stop(negative):
+    work, env = negative
+    rm = _metrics(work, "train_rm")
+    assert rm["eval_pairs"] >= 100
+    assert rm["eval_accuracy_ci_low"] <= 0.5 <= rm["eval_accuracy_ci_high"]
+    promote = _metrics(work, "promote")
+    assert not promote["promoted"] and "below the threshold" in promote["reason"]
+    # the real profile's gates on the same data: validate stops at the judge's bar
+    real = YAML(typ="safe").load((work / "profiles/real.yaml").read_text())
+    _set_params(work, {"validate": real["validate"], "promote": real["promote"]})
+    out = subprocess.run("mascot validate", cwd=work, env=env, shell=True, capture_output=True, text=True)
+    assert out.returncode != 0, out.stdout[-2000:]
+    assert "judge" in (out.stdout + out.stderr).lower()
+    assert not _metrics(work, "validate")["success"]
+
+
+def test_negative_control_watch_does_not_call_noise_improving(negative):
+    work, env = negative
+    sh("git checkout -q params.yaml", work, env)
+    sh("mascot profile tiny controls control-negative", work, env)
+    # the gate off, so that GRPO runs against the noise reward model and the watch must say what it sees
+    _set_params(work, {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point"}})
+    sh("dvc repro train_grpo", work, env)
+    grpo = _metrics(work, "train_grpo")
+    assert grpo["watch_n"] >= 10 and grpo["watch_verdict"] != "improving"
