@@ -136,11 +136,12 @@ def score_units(units: list[dict], rubric: Rubric, params: ScoreParams, backend:
     llm = function.llm if function else backend
     if function:
         function.owned(rubric)  # a dimension the rubric lacks stops here, before any work
+    identity = backend.identity  # once: a function judge's identity hashes its source file
     jobs = []
     for unit in units:
         todo = not unit.get("skip")
         prompts = rubric_prompts(rubric, unit["item"], params, style) if todo and llm is not None else None
-        key = fingerprint(unit["id"], backend.identity, params.mode, prompts, params.max_tokens,
+        key = fingerprint(unit["id"], identity, params.mode, prompts, params.max_tokens,
                           params.max_parse_retries, params.min_choice_mass, unit.get("skip"),
                           unit.get("subject") if function else None)
         jobs.append((unit, prompts, key, todo))
