@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro test ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b
+.PHONY: setup repro test ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence
 
 setup: $(VENV)/.installed
 
@@ -61,6 +61,13 @@ ui: setup
 # or a judge folder of its own (docs/judge.md "Against people")
 judge-1.5b: setup
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[judge-1_5b]'
+
+# The evidence run (profiles/evidence.yaml; docs/results.md): the method on the embedded instruct models with the
+# 1.5B judge, sized to show an effect in about 2 hours of 2 cores, in its own copy (runs/evidence). Run it again
+# to resume where it stopped; the report lands in runs/evidence/reports/evidence.md
+EVIDENCE_DIR ?= runs/evidence
+evidence: setup judge-1.5b
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/evidence.py --workdir $(EVIDENCE_DIR)
 
 # A CUDA machine (docs/profiles.md "GPUs"; not run here: no GPU). On Linux x86_64 PyPI's torch 2.13.0 wheel is the CUDA build;
 # xgrammar's triton dependency is real there. vLLM (GPU) gets its own environment, as on the CPU.

@@ -130,7 +130,7 @@ def main() -> None:
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
     from mascot.policy.grpo import build_trainer, grpo_prompts
-    from mascot.policy.rewards import make_format_reward, make_reward_model_reward
+    from mascot.policy.rewards import make_format_reward, make_reward_model_reward, stop_token_ids
     from mascot.precision import native_bf16
     from mascot.reward.scorer import RewardScorer
 
@@ -153,7 +153,8 @@ def main() -> None:
                                            "trainer_args": {**params.grpo.trainer_args, "bf16": autocast}})
         rows = grpo_prompts(queries, load_jsonl("data/pairs.jsonl"), personas, p)
         with tempfile.TemporaryDirectory() as tmp:
-            trainer, tokenizer = build_trainer(rows, [make_reward_model_reward(scorer, personas), make_format_reward()],
+            rewards = [make_reward_model_reward(scorer, personas), make_format_reward(stop_token_ids(p.base_model))]
+            trainer, tokenizer = build_trainer(rows, rewards,
                                                [p.reward_weight, p.format_weight], p, Path(tmp),
                                                dtype=getattr(torch, dtype))
             trainer.remove_callback(MLflowCallback)  # no tracking: the stage's MLflow logging is not what is timed

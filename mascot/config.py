@@ -37,6 +37,9 @@ class BaseModelParams(Block):
     revision: str | None = None
     out_dir: str = "models/base"
     tiny_hidden_size: int = Field(64, ge=16)
+    # the tiny model's weight initialisation (std); None: Qwen3's 0.02, whose near-uniform next-token
+    # distribution no fine-tuning moves far (docs/controls.md); the controls use a larger one
+    tiny_init_std: float | None = Field(None, gt=0, le=2)
     seed: int = 0
 
     @model_validator(mode="after")
@@ -132,6 +135,8 @@ class GenerateParams(Block):
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(56, ge=1)
     seed: int = 1234
+    # true: held-out queries get no candidates (no stage ever pairs them), which saves their judging in `score`
+    skip_heldout: bool = False
 
 
 class EpisodesParams(Block):
@@ -345,6 +350,9 @@ class PromoteParams(Block):
     # the reward model's agreement with people on the held-out conversations' human pairs (train_rm), at bar_on;
     # null: reported, not required
     min_human_agreement: float | None = Field(None, ge=0, le=1)
+    # the chance that a scorer that learned nothing (a random score per reply) reaches the eval accuracy on the
+    # same pairs must be at most this; null: reported, not required
+    max_null_p: float | None = Field(None, gt=0, le=1)
 
 
 class PromoteGroupParams(PromoteParams):

@@ -43,6 +43,19 @@ def human_gate(promoted: bool, reason: str, human: dict, bar: float | None, bar_
     return True, f"{reason}; {words} >= promote.min_human_agreement {bar}"
 
 
+def chance_gate(promoted: bool, reason: str, new: dict, max_null_p: float | None) -> tuple[bool, str]:
+    """With a bar (promote.max_null_p): the eval accuracy must be out of reach of a scorer that learned nothing
+    on these very pairs (`accuracy_null_p`, mascot/reward/evaluation.py), which an interval over conversations
+    does not fully say when a pair set's pairs share replies."""
+    null_p = new.get("accuracy_null_p")
+    if max_null_p is None or not promoted:
+        return promoted, reason
+    if null_p is None or null_p > max_null_p:
+        return False, (f"a scorer that learned nothing reaches this eval accuracy on the same pairs with p {null_p} > "
+                       f"promote.max_null_p {max_null_p} (the rest passed: {reason})")
+    return True, f"{reason}; chance p {null_p} <= promote.max_null_p {max_null_p}"
+
+
 def main(params, registered_path: str = "models/reward/registered.json", pairs_path: str = "data/pairs.jsonl",
          metrics_path: str = "metrics/promote.json", block: str = "promote") -> None:
     """The gate for either reward model: the registered.json it reads names the model and its granularity;
@@ -73,6 +86,7 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
         champion_metrics = measure(RewardScorer.from_registry(f"models:/{name}@{p.alias}"), eval_pairs, personas)
     promoted, reason = registry.decide_promotion(new_metrics, champion_metrics, p.min_eval_accuracy,
                                                  p.require_beat_length_baseline, p.bar_on, params.stats.min_n)
+    promoted, reason = chance_gate(promoted, reason, new_metrics, p.max_null_p)
     human_metrics = {}
     if new_scorer.granularity.human_ratings:  # people rated one supporter turn, not a block of group turns
         human = held_out_human(params)
@@ -82,6 +96,7 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     figures = {"eval_pairs": len(eval_pairs), "eval_conversations": new_metrics.get("conversations"),
                "accuracy": new_metrics["accuracy"], "accuracy_ci_low": new_metrics.get("accuracy_ci_low"),
                "accuracy_ci_high": new_metrics.get("accuracy_ci_high"), "bar_on": p.bar_on,
+               "accuracy_null_p": new_metrics.get("accuracy_null_p"),
                "too_few_to_tell": too_few,
                "length_baseline_accuracy": new_metrics.get("length_baseline_accuracy"),
                "accuracy_not_longer": new_metrics.get("accuracy_not_longer"),

@@ -227,3 +227,18 @@ def test_chat_judge_prompts_continue_the_ratings(personas):
     plain = expected_prompts(personas["The Anchor"], ctx, "That sounds hard.", True, "plain")
     assert all(p.endswith(f"Ratings:\n{d}: ") for d, p in plain.items())
     assert json_prompt(personas["The Anchor"], ctx, "x", False, "chat")[-1]["role"] == "user"
+
+
+def test_held_out_queries_can_skip_generation():
+    from mascot.annotate.generate import generation_queries
+    from mascot.config import GenerateParams, HeldOutParams
+    from mascot.splits import is_held_out
+
+    queries = [{"query_id": f"d{k}@{t}", "conversation_id": f"d{k}"} for k in range(20) for t in (1, 2)]
+    heldout = HeldOutParams(fraction=0.4, seed=0)
+    assert generation_queries(queries, GenerateParams(), heldout) == (queries, 0)
+    kept, skipped = generation_queries(queries, GenerateParams(skip_heldout=True), heldout)
+    assert skipped > 0 and len(kept) + skipped == len(queries)
+    assert not any(is_held_out(q, heldout) for q in kept)
+    # a conversation is held out whole: none of its queries is generated for
+    assert {q["conversation_id"] for q in kept}.isdisjoint({q["conversation_id"] for q in queries if q not in kept})

@@ -13,6 +13,18 @@ def test_format_reward():
     assert format_score("Person: I am the user now", "The Anchor") == 0.0
     assert format_score("ok", "The Anchor") == 0.0
     assert format_score("Well, The Anchor: says hello to you", "The Anchor") == 0.0
+
+
+def test_format_reward_pays_no_reply_cut_at_its_budget():
+    from mascot.policy.rewards import make_format_reward
+
+    fmt = make_format_reward({7})  # 7: the stop token
+    chat = [{"role": "assistant", "content": "I hear you, that sounds hard."}]
+    kwargs = {"prompts": [None] * 4, "persona": ["The Anchor"] * 4}
+    # ended with the stop token: paid; cut at the budget (last token not a stop token): 0, chat or transcript,
+    # unless a transcript completion's first line (the reply) ended before the cut
+    assert fmt(completions=[chat, chat, " I hear you, that sounds hard.", " I hear you, that sounds hard.\nPerson: w"],
+               completion_ids=[[5, 6, 7], [5, 6, 6], [5, 6, 6], [5, 6, 6]], **kwargs) == [1.0, 0.0, 0.0, 0.5]
     assert first_line("  hello there\nmore") == "hello there"
 
 
@@ -62,9 +74,10 @@ def test_grpo_trains_lora_policy(tiny_model_dir, personas, tmp_path, monkeypatch
                         learning_rate=1e-2, lora=PolicyLoraParams(r=4, alpha=8))
     rows = grpo_prompts(queries, pairs, personas, params)
     with mlflow.start_run():
-        from mascot.policy.rewards import make_format_reward, make_reward_model_reward
+        from mascot.policy.rewards import make_format_reward, make_reward_model_reward, stop_token_ids
 
-        result = train_policy(rows, [make_reward_model_reward(RecordingScorer(), personas), make_format_reward()],
+        fmt = make_format_reward(stop_token_ids(str(tiny_model_dir)))
+        result = train_policy(rows, [make_reward_model_reward(RecordingScorer(), personas), fmt],
                               [1.0, 0.5], params, tmp_path / "policy", tmp_path / "ckpt")
     assert len(result["history"]) == 2 and all("reward" in h for h in result["history"])
     weights = load_file(tmp_path / "policy/adapter_model.safetensors")
@@ -145,3 +158,22 @@ def test_the_fused_head_projects_only_the_completion_on_the_cpu_with_the_same_lo
     assert rows_projected == [3 * 19, 3 * 4]  # shifted: 19 next-token positions a row, 4 of them labelled
     assert torch.allclose(every_position[0], completions_only[0], atol=1e-6)
     assert torch.allclose(every_position[1], completions_only[1], atol=1e-6)
+
+
+def test_evaluate_differences_per_dimension_and_where_grpo_is_not_longer():
+    from mascot.policy.evaluate import paired_differences
+
+    def reply(policy, q, text, total, empathy):
+        return {"candidate_id": f"q{q}|The Anchor|0", "text": text, "rm_score": total, "policy": policy,
+                "judge": {"status": "scored", "total_reward": total, "scores": {"perceived_empathy": empathy}}}
+
+    base = [reply("base", q, "one two three", 2.0, 2.0) for q in range(4)]
+    # GRPO: longer and better on queries 0-1; as long and the same on 2-3
+    grpo = [reply("grpo", q, "one two three four five" if q < 2 else "a b c", 4.0 if q < 2 else 2.0, 3.0)
+            for q in range(4)]
+    d = paired_differences(base, grpo, ("perceived_empathy",))
+    assert d["judge_total"]["diff"] == 1.0 and d["judge_total"]["n"] == 4
+    assert d["judge_perceived_empathy"]["diff"] == 1.0
+    # the whole gain came with length: where the GRPO reply is not longer, none is left
+    assert d["judge_total_not_longer"]["n"] == 2 and d["judge_total_not_longer"]["diff"] == 0.0
+    assert d["reply_words"]["diff"] == 1.0

@@ -250,3 +250,30 @@ def test_human_pairs_train_with_each_sides_context_and_held_out_people_measure_t
     assert m["human_pairs_n"] == 6 and m["human_pairs_conversations"] == 6 and m["human_items"] == 12
     assert m["human_pairs"] is not None and m["human_length_baseline"] == 1.0  # the warm reply is the longer one
     assert m["human_judge_pairs_n"] == 3 and m["human_judge_pairs"] == 1.0
+
+
+def test_chance_level_of_a_pair_set_counts_shared_replies():
+    """All pairs of 6 replies of each of 4 queries (15 pairs a query share their replies): a scorer that learned
+    nothing spreads far wider here than 60 independent pairs would let a sign test think. The chance figure says
+    how often a random score per reply is at least as far from 0.5; the interval resamples conversations."""
+    import itertools
+
+    from mascot.promote import chance_gate
+    from mascot.reward.evaluation import random_scorer_p
+
+    pairs = [{"margin": 1.0, "conversation_id": f"c{q}", "chosen_id": f"{q}-{a}", "rejected_id": f"{q}-{b}",
+              "chosen": [{"content": "x"}], "rejected": [{"content": "y"}]}
+             for q in range(4) for a, b in itertools.combinations(range(6), 2)]
+    assert random_scorer_p(pairs, 0.5) == 1.0
+    assert random_scorer_p(pairs, 1.0) < 0.01  # every pair right: out of chance's reach
+    p_shared = random_scorer_p(pairs, 0.65)
+    independent = [{**p, "chosen_id": f"c{i}", "rejected_id": f"r{i}"} for i, p in enumerate(pairs)]
+    assert p_shared > random_scorer_p(independent, 0.65)  # shared replies: more room for chance
+    right = [1.0] * 39 + [0.0] * 21  # 0.65
+    m = pair_metrics(pairs, right, [0.5] * 60)
+    assert m["accuracy"] == 0.65 and m["conversations"] == 4 and m["accuracy_null_p"] == p_shared
+    ok, why = chance_gate(True, "eval accuracy ok", m, 0.01)
+    assert not ok and "learned nothing" in why and "promote.max_null_p 0.01" in why
+    assert chance_gate(True, "eval accuracy ok", m, None) == (True, "eval accuracy ok")
+    perfect = pair_metrics(pairs, [1.0] * 60, [0.0] * 60)
+    assert chance_gate(True, "ok", perfect, 0.01)[0]

@@ -65,6 +65,17 @@ def generate_candidates(queries: list[dict], personas: dict[str, Persona], param
     return [c for *_, key in jobs for c in done[key]["candidates"]]
 
 
+def generation_queries(queries: list[dict], generate, heldout) -> tuple[list[dict], int]:
+    """The queries that get candidates, and how many were skipped: all of them, or with `generate.skip_heldout`
+    those whose conversation is not held out (no stage pairs a held-out query; judging its candidates is waste)."""
+    if not generate.skip_heldout:
+        return queries, 0
+    from mascot.splits import is_held_out
+
+    kept = [q for q in queries if not is_held_out(q, heldout)]
+    return kept, len(queries) - len(kept)
+
+
 def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/candidates.jsonl",
          metrics: str = "metrics/generate.json") -> None:
     from collections import Counter
@@ -74,7 +85,7 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/cand
     from mascot.io import load_jsonl, write_json, write_jsonl
     from mascot.llm.factory import make_backend
 
-    queries = load_jsonl(queries_path)
+    queries, skipped = generation_queries(load_jsonl(queries_path), params.generate, params.heldout)
     personas = load_personas(params.prepare.personas_file)
     for i, q in enumerate(queries, start=1):  # before any model loads: bad input fails fast
         for name in q.get("personas", []):
@@ -92,7 +103,7 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/cand
     write_jsonl(out, candidates)
     counted = [c["completion_tokens"] for c in candidates if c["completion_tokens"] is not None]
     write_json(metrics, {
-        "candidates": len(candidates), "resumed_groups": stats["reused"],
+        "candidates": len(candidates), "resumed_groups": stats["reused"], "heldout_queries_skipped": skipped,
         "empty_texts": sum(not c["text"].strip() for c in candidates),
         "mean_completion_tokens": round(fmean(counted), 2) if counted else None,
         "mean_reply_words": round(fmean(len(c["text"].split()) for c in candidates), 2) if candidates else None,

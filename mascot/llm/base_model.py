@@ -242,7 +242,8 @@ def check_bos(out_dir: Path) -> None:
         raise RuntimeError(f"{out_dir}: tokenizer must add exactly one BOS token, got ids {ids[:4]}")
 
 
-def build_tiny_model(out_dir: Path, corpus_lines: list[str], hidden_size: int = 64, seed: int = 0) -> None:
+def build_tiny_model(out_dir: Path, corpus_lines: list[str], hidden_size: int = 64, seed: int = 0,
+                     init_std: float | None = None) -> None:
     """A random-weight Qwen3 and a byte-level BPE tokenizer trained on `corpus_lines`."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -265,7 +266,8 @@ def build_tiny_model(out_dir: Path, corpus_lines: list[str], hidden_size: int = 
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          # head_dim 32: the smallest that vLLM's CPU attention kernels support
                          head_dim=32, max_position_embeddings=4096, tie_word_embeddings=True,
-                         eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=None)
+                         eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=None,
+                         **({"initializer_range": init_std} if init_std is not None else {}))
     model = Qwen3ForCausalLM(config)
     model.generation_config.eos_token_id = fast.eos_token_id
     model.generation_config.pad_token_id = fast.pad_token_id
@@ -287,8 +289,11 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str], key: str = 
     elif params.source == "gemma3-270m-gguf":
         convert_gemma_gguf(staging)
     elif params.source == "tiny":
-        build_tiny_model(staging, corpus_lines, hidden_size=params.tiny_hidden_size, seed=params.seed)
+        build_tiny_model(staging, corpus_lines, hidden_size=params.tiny_hidden_size, seed=params.seed,
+                         init_std=params.tiny_init_std)
         record.update(tiny_hidden_size=params.tiny_hidden_size, seed=params.seed)
+        if params.tiny_init_std is not None:
+            record["tiny_init_std"] = params.tiny_init_std
     elif params.source == "hub":
         record = download_hub_model(params.repo, params.revision, staging, key)
     else:  # "path": a local folder

@@ -29,6 +29,9 @@ def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[
     scored = [s for s in scores if s["status"] == "scored"]
     metrics = {"replies": len(candidates), "rm_mean_score": round(fmean(rm), 4) if rm else None,
                "mean_reply_words": round(fmean(len(c["text"].split()) for c in candidates), 2) if candidates else None,
+               # replies cut at the token budget: a policy that gains only by running to the limit shows here
+               "clipped_fraction": round(fmean(c.get("finish_reason") == "length" for c in candidates), 4)
+               if candidates else None,
                "judge_scored": len(scored),
                "judge_total_reward": round(fmean(s["total_reward"] for s in scored), 4) if scored else None,
                **{f"judge_{d}": round(fmean(s["scores"][d] for s in scored), 4) if scored else None
@@ -37,19 +40,36 @@ def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[
     return metrics, replies
 
 
-def paired_differences(base: list[dict], grpo: list[dict]) -> dict:
+def _judged(name: str | None):
+    """A reply's judge total (name None) or one dimension's score; None when the judge left it unscored."""
+    def get(r):
+        if r["judge"]["status"] != "scored":
+            return None
+        return r["judge"]["total_reward"] if name is None else r["judge"]["scores"][name]
+    return get
+
+
+def _words(r) -> int:
+    return len(r["text"].split())
+
+
+def paired_differences(base: list[dict], grpo: list[dict], dimensions: tuple[str, ...] = ()) -> dict:
     """GRPO minus base on the same queries: mean difference, paired bootstrap 95% interval, n, for the
-    reward-model score, the judge total and the reply length (words). An interval that holds 0 is no
-    evidence of a difference."""
+    reward-model score, the judge total, each rubric dimension in `dimensions` and the reply length (words);
+    and the judge total again on the probes where the GRPO reply is not longer than the base reply, so that
+    a gain that is all length shows as such. An interval that holds 0 is no evidence of a difference."""
     from mascot.stats import mean_with_ci
 
     b_by = {r["candidate_id"].rsplit("|", 1)[0]: r for r in base}
     pairs = [(b_by[k], r) for r in grpo if (k := r["candidate_id"].rsplit("|", 1)[0]) in b_by]
+    not_longer = [(b, g) for b, g in pairs if _words(g) <= _words(b)]
     out = {}
-    for name, get in (("rm_score", lambda r: r["rm_score"]),
-                      ("judge_total", lambda r: r["judge"]["total_reward"] if r["judge"]["status"] == "scored" else None),
-                      ("reply_words", lambda r: len(r["text"].split()))):
-        vals = [(get(b), get(g)) for b, g in pairs]
+    for name, get, subset in (("rm_score", lambda r: r["rm_score"], pairs),
+                              ("judge_total", _judged(None), pairs),
+                              *((f"judge_{d}", _judged(d), pairs) for d in dimensions),
+                              ("judge_total_not_longer", _judged(None), not_longer),
+                              ("reply_words", _words, pairs)):
+        vals = [(get(b), get(g)) for b, g in subset]
         vals = [(x, y) for x, y in vals if x is not None and y is not None]
         fig = mean_with_ci([y - x for x, y in vals])
         out[name] = {"base": round(fmean(x for x, _ in vals), 4) if vals else None,
@@ -110,7 +130,8 @@ def main(params, queries_path: str = "data/queries.jsonl",
         results[label] = metrics
         all_replies += [{"policy": label, **r} for r in replies]
     diffs = paired_differences([r for r in all_replies if r["policy"] == "base"],
-                               [r for r in all_replies if r["policy"] == "grpo"])
+                               [r for r in all_replies if r["policy"] == "grpo"],
+                               tuple(load_rubric(params.score.rubric).dimensions))
     results["grpo_minus_base"] = diffs
     write_json(metrics_path, results)
     write_jsonl(replies_path, all_replies)

@@ -356,7 +356,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
     from mascot.launch import is_main_process
-    from mascot.policy.rewards import make_format_reward, make_reward_model_reward
+    from mascot.policy.rewards import make_format_reward, make_reward_model_reward, stop_token_ids
 
     p: GRPOParams = params.grpo
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
@@ -383,7 +383,8 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
         watch = speaker_watch(params, p, queries, personas, scorer, judge) if judge is not None else None
         metrics, version = run_policy_stage(
             params, "grpo", p, params.mlflow.policy_experiment, rows,
-            [make_reward_model_reward(scorer, personas), make_format_reward()], [p.reward_weight, p.format_weight],
+            [make_reward_model_reward(scorer, personas), make_format_reward(stop_token_ids(p.base_model))],
+            [p.reward_weight, p.format_weight],
             tags, "LoRA speaker policy trained with GRPO", out_dir, metrics_path, series, watch=watch,
             watch_plot=watch_plot, inputs=[(pairs_path, "train")])
     finally:

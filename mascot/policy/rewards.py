@@ -46,7 +46,34 @@ def make_reward_model_reward(scorer, personas: dict):
     return reward_model
 
 
-def make_format_reward():
-    def format_reward(prompts, completions, persona, **_) -> list[float]:
-        return [format_score(c, p) for c, p in zip(completions, persona)]
+def was_cut(completion, ids, stop_ids) -> bool:
+    """The generation hit its token budget before the reply ended: its last token is no stop token, and
+    (transcript prompts) the first line, which is the reply, has not ended either."""
+    if not ids or ids[-1] in stop_ids:
+        return False
+    return isinstance(completion, list) or "\n" not in completion.strip()
+
+
+def make_format_reward(stop_ids):
+    """The format reward; a reply cut at the budget gets 0, so that format never pays running to the limit.
+    `stop_ids`: the token ids that end a generation (the tokenizer's EOS and pad, the generation config's EOS)."""
+    stop_ids = set(stop_ids)
+
+    def format_reward(prompts, completions, persona, completion_ids, **_) -> list[float]:
+        return [0.0 if was_cut(c, ids, stop_ids) else format_score(c, p)
+                for c, p, ids in zip(completions, persona, completion_ids)]
     return format_reward
+
+
+def stop_token_ids(model_dir: str) -> set[int]:
+    """The ids that end a generation of the model in `model_dir` (TRL's own test for a truncated completion)."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    ids = {tok.eos_token_id, tok.pad_token_id}
+    try:
+        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:  # no generation_config.json
+        eos = None
+    ids.update(eos if isinstance(eos, list) else [eos])
+    return {i for i in ids if i is not None}

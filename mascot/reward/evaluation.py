@@ -17,14 +17,20 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
         return {"pairs": 0, "accuracy": None, "mean_margin": None}
     from mascot.pairs import chosen_longer
 
-    from mascot.stats import mean_with_ci
+    from mascot.stats import cluster_mean_with_ci
 
     correct = [c > r for c, r in zip(chosen_scores, rejected_scores)]
-    fig = mean_with_ci([float(x) for x in correct], null=0.5)  # n, interval, sign test, too few to tell
+    # The pairs of one query share candidates (all pairs of its replies), and a conversation's queries share its
+    # context: they are not independent draws. The interval resamples conversations; one over pairs was about
+    # half as wide as the spread of a random scorer's accuracy on the same pairs (docs/controls.md).
+    clusters = [str(p.get("conversation_id") or p.get("query_id") or f"pair {i}") for i, p in enumerate(pairs)]
+    # (a sign test over pairs would assume them independent too: the chance figure below replaces it)
+    fig = cluster_mean_with_ci([float(x) for x in correct], clusters, null=None)
     out = {"pairs": len(pairs), "accuracy": round(fmean(correct), 4), "accuracy_ci_low": fig["ci_low"],
-           "accuracy_ci_high": fig["ci_high"], "accuracy_p_sign": fig["p_sign"],
+           "accuracy_ci_high": fig["ci_high"],
            "accuracy_too_few_to_tell": fig["too_few_to_tell"],
-           "conversations": len({p.get("conversation_id") or p.get("query_id") for p in pairs}),
+           "accuracy_null_p": random_scorer_p(pairs, fmean(correct)),
+           "conversations": len(set(clusters)),
            "mean_margin": round(fmean(c - r for c, r in zip(chosen_scores, rejected_scores)), 4)}
     # The shortcut a reward model may have learned instead of the rubric: "the longer reply wins" (a tie in
     # length is a coin flip). The model's accuracy where the chosen reply is NOT the longer one says
@@ -39,6 +45,22 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
         out[f"{bucket_name(lo, hi)}_pairs"] = len(idx)
         out[f"{bucket_name(lo, hi)}_accuracy"] = round(fmean(correct[i] for i in idx), 4) if idx else None
     return out
+
+
+def random_scorer_p(pairs: list[dict], accuracy: float, draws: int = 2000, seed: int = 0) -> float | None:
+    """How often a scorer that learned nothing (a random score per reply, the same reply the same score) is at
+    least as far from 0.5 on these very pairs: the chance level of this pair set, shared replies and all."""
+    import numpy as np
+
+    ids = [(str(p.get("chosen_id", f"pair {i} chosen")), str(p.get("rejected_id", f"pair {i} rejected")))
+           for i, p in enumerate(pairs)]
+    if not ids:
+        return None
+    index = {x: k for k, x in enumerate(sorted({x for pair in ids for x in pair}))}
+    chosen, rejected = (np.array([index[pair[k]] for pair in ids]) for k in (0, 1))
+    scores = np.random.default_rng(seed).random((draws, len(index)))
+    acc = (scores[:, chosen] > scores[:, rejected]).mean(axis=1)
+    return round(float(np.mean(np.abs(acc - 0.5) >= abs(accuracy - 0.5) - 1e-12)), 4)
 
 
 def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:

@@ -1,0 +1,152 @@
+"""The controls (docs/controls.md) on the embedded models: Qwen2.5-Coder-0.5B-Instruct as the speaker and the GRPO
+policy, Gemma-3-270m as the reward model's base, through the real chain (DVC, TRL, PEFT, MLflow), in fresh copies.
+
+    python benchmarks/controls_embedded.py [--workdir /tmp/controls-embedded] [--kinds positive,negative]
+
+The positive control's planted feature here is a question to the seeker ("?" in the reply): the instruct speaker
+asks one sometimes, not always (a digit, the tiny models' feature, it almost never writes). The negative is seeded
+noise. Each control runs `mascot profile controls control-<kind>` over the CPU default plus the sizes below (the
+embedded models cost minutes where the tiny ones cost seconds), then: positive to `evaluate`; negative to
+`promote` (which must refuse), then GRPO against it with the gate off (the watch must not say `improving`).
+A second call in the same WORKDIR resumes (DVC skips the stages that are done). Prints one Markdown table (docs/results.md "Controls on the embedded models") and writes WORKDIR/controls.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# over `controls` + `control-<kind>`: the embedded models, sized for about 20 minutes a control on 2 cores
+EMBEDDED = {
+    "base_model": {"tiny_init_std": None},
+    "prepare": {"max_context_tokens": 64,
+                "sources": [{"format": "esconv", "path": "data/corpora/esconv-sample.json", "max_queries": 16},
+                            {"format": "esconv", "path": "data/corpora/esconv-more.json", "max_queries": 40}]},
+    # the speaker asks its question at the end of a reply: 48 tokens let about a quarter of the replies get there
+    "generate": {"num_agents_per_query": 8, "max_tokens": 48, "temperature": 1.0, "skip_heldout": True},
+    # a rule judge is not an LLM judge to be held to the judge's bars (as profiles/tiny.yaml); what the controls
+    # must show is measured after it
+    "validate": {"min_judge_accuracy": 0.0, "min_human_agreement": 0.0, "max_constant_group_fraction": 1.0,
+                 "judge_gate": "warn"},
+    "train_rm": {"batch_size": 8, "learning_rate": 2.0e-4, "epochs": 2, "eval_steps": 20, "checkpoint_steps": 50,
+                 "lora": {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}},
+    "grpo": {"num_generations": 4, "prompts_per_step": 1, "max_completion_length": 48, "max_steps": 40,
+             "learning_rate": 1.0e-4, "lora": {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+             "watch": {"every_steps": 20, "probe_queries": 16, "probe_personas": 1, "temperature": 1.0}},
+    "evaluate": {"max_queries": 20, "max_tokens": 48, "temperature": 1.0},
+}
+QUESTION = r"\?"  # the positive control's feature on the embedded speaker: it asks the seeker a question
+# quoted: ruamel writes a bare \? into a flow mapping, which it cannot read back
+FEATURE = {"positive": {"score": {"scorer": {"kwargs": {"pattern": DoubleQuotedScalarString(QUESTION)}}}},
+           "negative": {}}
+GATE_OFF = {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point"}}
+
+
+def merge_params(work: Path, blocks: dict) -> None:
+    from ruamel.yaml import YAML
+
+    from mascot.profiles import deep_merge
+
+    yaml = YAML()
+    params = yaml.load((work / "params.yaml").read_text())
+    with open(work / "params.yaml", "w") as f:
+        yaml.dump(deep_merge(params, blocks), f)
+
+
+def run(cmd: str, work: Path, env: dict) -> float:
+    start = time.time()
+    print(f"[{work.name}] $ {cmd}", flush=True)
+    subprocess.run(cmd, shell=True, cwd=work, env=env, check=True)
+    return time.time() - start
+
+
+def metrics(work: Path, name: str) -> dict:
+    path = work / "metrics" / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def feature_rates(work: Path, pattern: str) -> dict:
+    rx = re.compile(pattern)
+    texts = [json.loads(line)["text"] for line in (work / "data/candidates.jsonl").read_text().splitlines()]
+    out = {"speaker": round(sum(bool(rx.search(t)) for t in texts) / len(texts), 3)}
+    replies = work / "reports/evaluate_replies.jsonl"
+    if replies.exists():
+        rows = [json.loads(line) for line in replies.read_text().splitlines()]
+        for policy in ("base", "grpo"):
+            mine = [r for r in rows if r["policy"] == policy]
+            out[policy] = round(sum(bool(rx.search(r["text"])) for r in mine) / len(mine), 3) if mine else None
+    return out
+
+
+def control(kind: str, root: Path) -> dict:
+    from mascot.io import fresh_pipeline_copy
+
+    work = root / kind
+    if (work / ".dvc").is_dir():  # a run before: its params again from the copy's own, DVC skips what is done
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+               "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "MASCOT_RESUME_DIR": str(work / ".mascot/resume"), "PYTHONPATH": str(work)}
+        run("git checkout -q params.yaml", work, env)
+    else:
+        env = fresh_pipeline_copy(ROOT, work, TOKENIZERS_PARALLELISM="false")
+    run(f"mascot profile controls control-{kind}", work, env)
+    merge_params(work, {**EMBEDDED, **FEATURE[kind]})
+    seconds = {"to_promote" if kind == "negative" else "to_evaluate":
+               run("dvc repro promote" if kind == "negative" else "dvc repro evaluate", work, env)}
+    if kind == "negative":
+        merge_params(work, GATE_OFF)
+        seconds["grpo_gate_off"] = run("dvc repro train_grpo", work, env)
+    rm, promote, grpo, evaluate = (metrics(work, n) for n in ("train_rm", "promote", "train_grpo", "evaluate"))
+    judge = evaluate.get("grpo_minus_base", {}).get("judge_total", {})
+    return {"kind": kind, "seconds": {k: round(v) for k, v in seconds.items()},
+            "pairs": metrics(work, "pairs").get("pairs"), "train_pairs": rm.get("train_pairs"),
+            "eval_pairs": rm.get("eval_pairs"), "rm_accuracy": rm.get("eval_accuracy"),
+            "rm_ci": [rm.get("eval_accuracy_ci_low"), rm.get("eval_accuracy_ci_high")],
+            "rm_length_baseline": rm.get("eval_length_baseline_accuracy"),
+            "promoted": promote.get("promoted"), "promote_reason": promote.get("reason"),
+            "watch_verdict": grpo.get("watch_verdict"), "watch_n": grpo.get("watch_n"),
+            "watch_judge_change": [grpo.get("watch_judge_change"), grpo.get("watch_judge_change_ci_low"),
+                                   grpo.get("watch_judge_change_ci_high")],
+            "evaluate_judge": [judge.get("diff"), judge.get("ci_low"), judge.get("ci_high"), judge.get("n")],
+            "feature_rates": feature_rates(work, QUESTION) if kind == "positive" else None}
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| control | pairs (train / eval) | reward model [95%], length baseline | promotion | "
+             "watch (judge change [95%], n) | evaluate GRPO - base, judge [95%], n | feature rate base -> GRPO | minutes |",
+             "| --- | --- | --- | --- | --- | --- | --- | ---: |"]
+    for r in results:
+        w, e, f = r["watch_judge_change"], r["evaluate_judge"], r["feature_rates"] or {}
+        lines.append(
+            f"| {r['kind']} | {r['pairs']} ({r['train_pairs']} / {r['eval_pairs']}) | {r['rm_accuracy']} "
+            f"[{r['rm_ci'][0]}, {r['rm_ci'][1]}], {r['rm_length_baseline']} | "
+            f"{'@champion' if r['promoted'] else 'refused'} | {r['watch_verdict']} ({w[0]} [{w[1]}, {w[2]}], "
+            f"n {r['watch_n']}) | {e[0]} [{e[1]}, {e[2]}], n {e[3]} | "
+            f"{f.get('base', '-')} -> {f.get('grpo', '-')} | {sum(r['seconds'].values()) / 60:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", default="/tmp/controls-embedded")
+    ap.add_argument("--kinds", default="positive,negative")
+    args = ap.parse_args()
+    root = Path(args.workdir).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    results = [control(kind, root) for kind in args.kinds.split(",")]
+    (root / "controls.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""The evidence run's report (benchmarks/evidence.py): what each link of the chain measured, as Markdown.
+
+    python benchmarks/evidence_report.py [--workdir runs/evidence]
+
+Reads only the run's own outputs (metrics/*.json, reports/*.jsonl, reports/evidence_times.json). Every
+comparison carries its n and interval; below stats.min_n it says "too few to tell". The verdicts name the
+first link that did not hold (judge agreement, reward-model accuracy, GRPO's reward, the watch, evaluate).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _load(workdir: Path, name: str) -> dict:
+    path = workdir / "metrics" / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def _interval(m: dict, key: str) -> str:
+    """`value [low, high], n N` from a metrics block's key, key_ci_low, key_ci_high, key_n."""
+    if m.get(key) is None:
+        return "not measured"
+    lo, hi, n = m.get(f"{key}_ci_low"), m.get(f"{key}_ci_high"), m.get(f"{key}_n")
+    text = _fmt(m[key]) + (f" [{_fmt(lo)}, {_fmt(hi)}]" if lo is not None else "")
+    return text + (f", n {n}" if n is not None else "")
+
+
+def _comparison(fig: dict, min_n: int) -> tuple[str, str, str, str]:
+    """(difference [interval], n, sign-test p, reading) of a paired figure."""
+    from mascot.stats import TOO_FEW
+
+    if not fig or fig.get("n", 0) == 0:
+        return "-", "0", "-", "no data"
+    diff = fig.get("diff", fig.get("mean"))
+    text = f"{_fmt(diff)} [{_fmt(fig.get('ci_low'))}, {_fmt(fig.get('ci_high'))}]"
+    if fig["n"] < min_n:
+        reading = TOO_FEW
+    elif fig.get("ci_low") is not None and fig["ci_low"] > 0:
+        reading = "up"
+    elif fig.get("ci_high") is not None and fig["ci_high"] < 0:
+        reading = "down"
+    else:
+        reading = "no difference shown"
+    return text, str(fig["n"]), _fmt(fig.get("p_sign")), reading
+
+
+def speaker_table(evaluate: dict, dimensions: list[str], min_n: int) -> list[str]:
+    diffs = evaluate.get("grpo_minus_base", {})
+    lines = ["| figure | base | GRPO | GRPO - base [95% interval] | n | sign-test p | reading |",
+             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    for key, label in ([(f"judge_{d}", d) for d in dimensions] + [("judge_total", "**total (mean of the five)**"),
+                       ("judge_total_not_longer", "total, where the GRPO reply is not longer"),
+                       ("rm_score", "reward model"), ("reply_words", "reply words")]):
+        fig = diffs.get(key, {})
+        diff, n, p, reading = _comparison(fig, min_n)
+        lines.append(f"| {label} | {_fmt(fig.get('base'))} | {_fmt(fig.get('grpo'))} | {diff} | {n} | {p} | {reading} |")
+    clip = (evaluate.get("base", {}).get("clipped_fraction"), evaluate.get("grpo", {}).get("clipped_fraction"))
+    lines.append(f"| replies cut at the token budget | {_fmt(clip[0])} | {_fmt(clip[1])} | | | | |")
+    return lines
+
+
+def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int) -> list[str]:
+    """Per condition: the Director's unconstrained parse rate, the collective score (a failed conversation at the
+    floor), each collective dimension; then trained - base and trained - each baseline, paired by conversation."""
+    from mascot.stats import mean_with_ci
+
+    conditions = [c for c in ("trained", "base", "random", "round_robin") if c in group]
+    lines = ["| condition | conversations | parse rate (valid) | collective total, all | " +
+             " | ".join(dimensions) + " |", "| --- | ---: | ---: | ---: |" + " ---: |" * len(dimensions)]
+    for c in conditions:
+        m = group[c]
+        lines.append(f"| {c} | {m.get('conversations')} | {_fmt(m.get('valid_rate'))} | "
+                     f"{_fmt(m.get('collective_total_with_failures'))} | " +
+                     " | ".join(_fmt(m.get(f"collective_{d}")) for d in dimensions) + " |")
+    records = _rows(workdir / "reports/evaluate_group_conversations.jsonl")
+    by = {}
+    for r in records:
+        scored = (r.get("collective") or {}).get("status") == "scored"
+        by.setdefault(r["condition"], {})[r["query_id"]] = r["collective"] if scored else None
+    lines += ["", "| trained minus | figure | difference [95% interval] | n | sign-test p | reading |",
+              "| --- | --- | --- | ---: | ---: | --- |"]
+    for other in [c for c in conditions if c != "trained"]:
+        for key in ["total_reward"] + dimensions:
+            common = sorted(q for q in set(by.get("trained", {})) & set(by.get(other, {}))
+                            if by["trained"][q] and by[other][q])
+            get = (lambda s: s["total_reward"]) if key == "total_reward" else (lambda s, k=key: s["scores"][k])
+            fig = mean_with_ci([get(by["trained"][q]) - get(by[other][q]) for q in common])
+            diff, n, p, reading = _comparison(fig, min_n)
+            label = "collective total (both valid)" if key == "total_reward" else key
+            lines.append(f"| {other} | {label} | {diff} | {n} | {p} | {reading} |")
+    return lines
+
+
+def verdicts(judge_check: dict, rm: dict, grpo: dict, evaluate: dict) -> list[str]:
+    """Each link of the chain, in order, held or not, by its own figure."""
+    out = []
+    low = judge_check.get("human_pairs_ci_low")
+    out.append(("judge agrees with people", low is not None and low > 0.5,
+                f"human pairs {_interval(judge_check, 'human_pairs')}; the longer turn wins "
+                f"{_interval(judge_check, 'human_length_baseline')}"))
+    lb = rm.get("eval_length_baseline_accuracy")
+    ok = rm.get("eval_accuracy_ci_low") is not None and rm["eval_accuracy_ci_low"] > max(0.5, lb or 0.5)
+    out.append(("reward model ranks the judge's pairs", ok,
+                f"{_fmt(rm.get('eval_accuracy'))} [{_fmt(rm.get('eval_accuracy_ci_low'))}, "
+                f"{_fmt(rm.get('eval_accuracy_ci_high'))}] on {rm.get('eval_pairs')} eval pairs; length baseline {_fmt(lb)}"))
+    first, last = grpo.get("reward_first_quarter"), grpo.get("reward_last_quarter")
+    out.append(("GRPO's reward rose", first is not None and last is not None and last > first,
+                f"mean reward first quarter {_fmt(first)} -> last quarter {_fmt(last)} over {grpo.get('steps')} steps"))
+    out.append(("the watch says improving", grpo.get("watch_verdict") == "improving",
+                f"{grpo.get('watch_verdict')}: {grpo.get('watch_why')}"))
+    j = evaluate.get("grpo_minus_base", {}).get("judge_total", {})
+    out.append(("evaluate: the judge prefers GRPO on held-out probes", (j.get("ci_low") or 0) > 0,
+                f"{_fmt(j.get('diff'))} [{_fmt(j.get('ci_low'))}, {_fmt(j.get('ci_high'))}], n {j.get('n')}"))
+    lines = ["| link | held | figure |", "| --- | --- | --- |"]
+    broke = None
+    for name, ok, fig in out:
+        lines.append(f"| {name} | {'yes' if ok else '**no**'} | {fig} |")
+        broke = broke or (None if ok else name)
+    lines.append("")
+    lines.append(f"First link that did not hold: **{broke}**." if broke else "Every link held.")
+    return lines
+
+
+def times_table(attempts: list[dict]) -> list[str]:
+    last: dict[str, float] = {}
+    for a in attempts:
+        for s in a["stages"]:
+            if s["seconds"] is not None:
+                last[s["stage"]] = s["seconds"]
+    lines = ["| stage | seconds |", "| --- | ---: |"] + [f"| {k} | {v:.0f} |" for k, v in last.items()]
+    total = sum(a["wall_s"] for a in attempts)
+    peak = max((a["peak_rss_gib"] for a in attempts), default=None)
+    lines += [f"| **total wall (all attempts: {len(attempts)})** | **{total:.0f}** |", "",
+              f"Peak memory of the largest process: {peak} GiB."]
+    return lines
+
+
+def write_report(workdir: Path, attempts: list[dict] | None = None) -> Path:
+    import os
+
+    from mascot.annotate.rubric import load_rubric
+    from mascot.config import load_params
+
+    workdir = Path(workdir)
+    if attempts is None:
+        times = workdir / "reports/evidence_times.json"
+        attempts = json.loads(times.read_text())["attempts"] if times.exists() else []
+    cwd = os.getcwd()
+    os.chdir(workdir)  # the params file's relative paths (the rubrics) are the run's own
+    try:
+        params = load_params("params.yaml")
+        persona_dims = list(load_rubric(params.score.rubric).dimensions)
+        group_dims = list(load_rubric(params.score_group.rubric).dimensions)
+    finally:
+        os.chdir(cwd)
+    min_n = params.stats.min_n
+    judge_check, pairs, rm = _load(workdir, "judge_check"), _load(workdir, "pairs"), _load(workdir, "train_rm")
+    promote, grpo, evaluate = _load(workdir, "promote"), _load(workdir, "train_grpo"), _load(workdir, "evaluate")
+    group_rm, director, group = _load(workdir, "train_group_rm"), _load(workdir, "train_director"), \
+        _load(workdir, "evaluate_group")
+    out = [f"# The evidence run ({workdir})", "",
+           f"Machine: {os.cpu_count()} cores, {platform.machine()}; profile: profiles/evidence.yaml.", "",
+           "## Verdicts (speaker)", "", *verdicts(judge_check, rm, grpo, evaluate), "",
+           "## The speaker: base vs GRPO on held-out probes (evaluate)", "",
+           *speaker_table(evaluate, persona_dims, min_n), "",
+           "## The judge against people (judge_check)", "",
+           f"- human pairs: {_interval(judge_check, 'human_pairs')}; the longer turn wins: "
+           f"{_interval(judge_check, 'human_length_baseline')}",
+           f"- where the preferred turn is not the longer: {_interval(judge_check, 'human_pairs_controlled')}",
+           f"- human > off-topic {_interval(judge_check, 'ref_gt_off_topic')}; human > cold "
+           f"{_interval(judge_check, 'ref_gt_cold')}", "",
+           "## Pairs and the reward models", "",
+           f"- pairs: {pairs.get('pairs')} ({pairs.get('train_pairs')} train, {pairs.get('eval_pairs')} eval); train by "
+           f"source {pairs.get('train_pairs_by_source')}; chosen longer {pairs.get('chosen_longer_fraction')}",
+           f"- speaker reward model on judge pairs: {_interval(rm, 'eval_accuracy')} on {rm.get('eval_pairs')} pairs; "
+           f"length baseline {_fmt(rm.get('eval_length_baseline_accuracy'))}; where the chosen reply is not longer "
+           f"{_fmt(rm.get('eval_accuracy_not_longer'))} ({rm.get('eval_not_longer_pairs')} pairs)",
+           f"- on held-out human pairs: {_interval(rm, 'human_pairs')}; the longer turn wins "
+           f"{_interval(rm, 'human_length_baseline')}",
+           f"- promotion: {promote.get('promoted')} ({promote.get('reason')})",
+           f"- group reward model: {_interval(group_rm, 'eval_accuracy')} on {group_rm.get('eval_pairs')} pairs; length "
+           f"baseline {_fmt(group_rm.get('eval_length_baseline_accuracy'))}", "",
+           "## GRPO and the watch", "",
+           f"- speaker: {grpo.get('steps')} steps; mean reward {_fmt(grpo.get('reward_first_quarter'))} (first quarter) -> "
+           f"{_fmt(grpo.get('reward_last_quarter'))} (last); completions cut at the budget "
+           f"{_fmt(grpo.get('mean_clipped_ratio'))}; watch ({grpo.get('watch_n')} probes): "
+           f"**{grpo.get('watch_verdict')}** ({grpo.get('watch_why')}); chart: plots/train_grpo/watch.png",
+           f"- Director: {director.get('steps')} steps; directive format {director.get('directive_format_first_step')} -> "
+           f"{director.get('directive_format_last_step')}; watch: **{director.get('watch_verdict')}** "
+           f"({director.get('watch_why')})", "",
+           "## The Director: trained vs base vs random vs round-robin (evaluate_group)", "",
+           *director_table(workdir, group, group_dims, min_n), "",
+           "## Stage times", "", *times_table(attempts), ""]
+    path = workdir / "reports/evidence.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(out))
+    return path
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", default="runs/evidence")
+    print(write_report(Path(ap.parse_args().workdir).resolve()))

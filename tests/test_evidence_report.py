@@ -1,0 +1,45 @@
+"""The evidence run's report (benchmarks/evidence_report.py): the first link that did not hold, by its figure."""
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("evidence_report", ROOT / "benchmarks/evidence_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+JUDGE = {"human_pairs": 0.67, "human_pairs_ci_low": 0.55, "human_pairs_ci_high": 0.8, "human_pairs_n": 72}
+GRPO = {"reward_first_quarter": -1.0, "reward_last_quarter": -0.5, "steps": 100, "watch_verdict": "improving",
+        "watch_why": "both up"}
+
+
+def test_the_verdicts_name_the_first_link_that_broke():
+    report = _report()
+    rm_length = {"eval_accuracy": 0.6, "eval_accuracy_ci_low": 0.52, "eval_accuracy_ci_high": 0.68, "eval_pairs": 60,
+                 "eval_length_baseline_accuracy": 0.58}
+    evaluate = {"grpo_minus_base": {"judge_total": {"diff": 0.2, "ci_low": 0.05, "ci_high": 0.3, "n": 45}}}
+    lines = report.verdicts(JUDGE, rm_length, GRPO, evaluate)
+    # the reward model's interval does not clear the length baseline: that link broke, whatever came after
+    assert lines[-1] == "First link that did not hold: **reward model ranks the judge's pairs**."
+    rm_ok = {**rm_length, "eval_accuracy_ci_low": 0.62}
+    assert report.verdicts(JUDGE, rm_ok, GRPO, evaluate)[-1] == "Every link held."
+    flat = {"grpo_minus_base": {"judge_total": {"diff": 0.0, "ci_low": -0.1, "ci_high": 0.1, "n": 45}}}
+    assert "evaluate" in report.verdicts(JUDGE, rm_ok, GRPO, flat)[-1]
+
+
+def test_the_speaker_table_says_too_few_to_tell_below_min_n():
+    report = _report()
+    evaluate = {"grpo_minus_base": {
+        "judge_total": {"base": 3.0, "grpo": 3.4, "diff": 0.4, "ci_low": 0.1, "ci_high": 0.7, "n": 45, "p_sign": 0.01},
+        "judge_total_not_longer": {"base": 3.0, "grpo": 3.1, "diff": 0.1, "ci_low": 0.0, "ci_high": 0.3, "n": 6,
+                                   "p_sign": 0.5}},
+        "base": {"clipped_fraction": 0.9}, "grpo": {"clipped_fraction": 0.2}}
+    table = "\n".join(report.speaker_table(evaluate, ["perceived_empathy"], 10))
+    assert "| **total (mean of the five)** | 3.000 | 3.400 | 0.400 [0.100, 0.700] | 45 | 0.010 | up |" in table
+    assert "| total, where the GRPO reply is not longer | 3.000 | 3.100 | 0.100 [0.000, 0.300] | 6 | 0.500 | too few to tell |" in table
+    assert "| replies cut at the token budget | 0.900 | 0.200 |" in table
+    assert "| perceived_empathy | - | - | - | 0 | - | no data |" in table
