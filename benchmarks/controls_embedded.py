@@ -49,7 +49,8 @@ QUESTION = r"\?"  # the positive control's feature on the embedded speaker: it a
 # quoted: ruamel writes a bare \? into a flow mapping, which it cannot read back
 FEATURE = {"positive": {"score": {"scorer": {"kwargs": {"pattern": DoubleQuotedScalarString(QUESTION)}}}},
            "negative": {}}
-GATE_OFF = {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point"}}
+GATE_OFF = {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point",
+                        "max_null_p": None}}
 
 
 def merge_params(work: Path, blocks: dict) -> None:

@@ -125,7 +125,8 @@ def test_negative_control_watch_does_not_call_noise_improving(negative):
     sh("git checkout -q params.yaml", work, env)
     sh("mascot profile tiny controls control-negative", work, env)
     # the gate off, so that GRPO runs against the noise reward model and the watch must say what it sees
-    _set_params(work, {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point"}})
+    _set_params(work, {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point",
+                                   "max_null_p": None}})
     sh("dvc repro train_grpo", work, env)
     grpo = _metrics(work, "train_grpo")
     assert grpo["watch_n"] >= 10 and grpo["watch_verdict"] != "improving"
