@@ -102,12 +102,20 @@ def control(kind: str, root: Path) -> dict:
         env = fresh_pipeline_copy(ROOT, work, TOKENIZERS_PARALLELISM="false")
     run(f"mascot profile controls control-{kind}", work, env)
     merge_params(work, {**EMBEDDED, **FEATURE[kind]})
+    # seconds of every attempt, summed: a resumed run reports what the control cost in all
+    spent_path = work / ".mascot/controls_seconds.json"
+    spent = json.loads(spent_path.read_text()) if spent_path.exists() else {}
     seconds = {"to_promote" if kind == "negative" else "to_evaluate":
                run("dvc repro promote" if kind == "negative" else "dvc repro evaluate", work, env)}
+    promote = metrics(work, "promote")  # the decision at the control's own gate
     if kind == "negative":
         merge_params(work, GATE_OFF)
         seconds["grpo_gate_off"] = run("dvc repro train_grpo", work, env)
-    rm, promote, grpo, evaluate = (metrics(work, n) for n in ("train_rm", "promote", "train_grpo", "evaluate"))
+    spent = {k: spent.get(k, 0) + seconds.get(k, 0) for k in {*spent, *seconds}}
+    spent_path.parent.mkdir(parents=True, exist_ok=True)
+    spent_path.write_text(json.dumps(spent) + "\n")
+    seconds = spent
+    rm, grpo, evaluate = (metrics(work, n) for n in ("train_rm", "train_grpo", "evaluate"))
     judge = evaluate.get("grpo_minus_base", {}).get("judge_total", {})
     return {"kind": kind, "seconds": {k: round(v) for k, v in seconds.items()},
             "pairs": metrics(work, "pairs").get("pairs"), "train_pairs": rm.get("train_pairs"),
