@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -90,13 +89,11 @@ def feature_rates(work: Path, pattern: str) -> dict:
 
 
 def control(kind: str, root: Path) -> dict:
-    from mascot.io import fresh_pipeline_copy
+    from mascot.io import fresh_pipeline_copy, pipeline_env
 
     work = root / kind
     if (work / ".dvc").is_dir():  # a run before: its params again from the copy's own, DVC skips what is done
-        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-               "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-               "MASCOT_RESUME_DIR": str(work / ".mascot/resume"), "PYTHONPATH": str(work)}
+        env = pipeline_env(work, TOKENIZERS_PARALLELISM="false")
         run("git checkout -q params.yaml", work, env)
     else:
         env = fresh_pipeline_copy(ROOT, work, TOKENIZERS_PARALLELISM="false")

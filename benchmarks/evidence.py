@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import subprocess
@@ -28,13 +27,10 @@ STAGE = re.compile(r"^Running stage '([^']+)'")
 
 def prepare_workdir(workdir: Path) -> dict:
     """The run's environment; on the first call, the copy and the profile (a marker says both are done)."""
-    from mascot.io import fresh_pipeline_copy
+    from mascot.io import fresh_pipeline_copy, pipeline_env
 
     marker = workdir / ".mascot/evidence-profile-applied"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "MASCOT_RESUME_DIR": str(workdir / ".mascot/resume"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(workdir), os.environ.get("PYTHONPATH")]))}
+    env = pipeline_env(workdir, TOKENIZERS_PARALLELISM="false")
     if marker.exists():
         print(f"evidence: resuming in {workdir} (DVC skips the stages that are done)", flush=True)
         return env

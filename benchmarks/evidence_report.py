@@ -162,14 +162,10 @@ def write_report(workdir: Path, attempts: list[dict] | None = None) -> Path:
     if attempts is None:
         times = workdir / "reports/evidence_times.json"
         attempts = json.loads(times.read_text())["attempts"] if times.exists() else []
-    cwd = os.getcwd()
-    os.chdir(workdir)  # the params file's relative paths (the rubrics) are the run's own
-    try:
-        params = load_params("params.yaml")
-        persona_dims = list(load_rubric(params.score.rubric).dimensions)
-        group_dims = list(load_rubric(params.score_group.rubric).dimensions)
-    finally:
-        os.chdir(cwd)
+    params = load_params(workdir / "params.yaml")
+    # the rubric files are the run's own: its params name them relative to the run's folder
+    persona_dims = list(load_rubric(workdir / params.score.rubric).dimensions)
+    group_dims = list(load_rubric(workdir / params.score_group.rubric).dimensions)
     min_n = params.stats.min_n
     judge_check, pairs, rm = _load(workdir, "judge_check"), _load(workdir, "pairs"), _load(workdir, "train_rm")
     promote, grpo, evaluate = _load(workdir, "promote"), _load(workdir, "train_grpo"), _load(workdir, "evaluate")

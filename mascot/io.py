@@ -125,18 +125,24 @@ def copy_tracked_files(repo: Path, dest: Path) -> None:
             shutil.copy2(repo / rel, dest / rel)
 
 
+def pipeline_env(dest: Path, **extra_env: str) -> dict[str, str]:
+    """The environment to run the pipeline copy in `dest` apart (fresh_pipeline_copy's, also for a copy made before)."""
+    import os
+    import sys
+
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+            "HF_HUB_OFFLINE": "1", "MASCOT_RESUME_DIR": str(dest / ".mascot/resume"),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(dest), os.environ.get("PYTHONPATH")])), **extra_env}
+
+
 def fresh_pipeline_copy(repo: Path, dest: Path, **extra_env: str) -> dict[str, str]:
     """`repo`'s committable files as a fresh git repo in `dest`, and the environment to run the pipeline there
     apart (this interpreter's `mascot`/`dvc` first on PATH, the copy's own `mascot` package first on the import
     path rather than an editable install's, offline, its own resume folder)."""
-    import os
     import subprocess
-    import sys
 
     copy_tracked_files(repo, dest)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "HF_HUB_OFFLINE": "1", "MASCOT_RESUME_DIR": str(dest / ".mascot/resume"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(dest), os.environ.get("PYTHONPATH")])), **extra_env}
+    env = pipeline_env(dest, **extra_env)
     subprocess.run("git init -q && git add -A && git -c user.email=m@m -c user.name=mascot commit -qm copy",
                    shell=True, cwd=dest, env=env, check=True, capture_output=True)
     return env
