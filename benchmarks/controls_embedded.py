@@ -89,7 +89,7 @@ def feature_rates(work: Path, pattern: str) -> dict:
 
 
 def control(kind: str, root: Path) -> dict:
-    from mascot.io import fresh_pipeline_copy, pipeline_env
+    from benchmarks.pipeline_copy import fresh_pipeline_copy, pipeline_env
 
     work = root / kind
     if (work / ".dvc").is_dir():  # a run before: its params again from the copy's own, DVC skips what is done

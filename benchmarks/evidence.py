@@ -27,7 +27,7 @@ STAGE = re.compile(r"^Running stage '([^']+)'")
 
 def prepare_workdir(workdir: Path) -> dict:
     """The run's environment; on the first call, the copy and the profile (a marker says both are done)."""
-    from mascot.io import fresh_pipeline_copy, pipeline_env
+    from benchmarks.pipeline_copy import fresh_pipeline_copy, pipeline_env
 
     marker = workdir / ".mascot/evidence-profile-applied"
     env = pipeline_env(workdir, TOKENIZERS_PARALLELISM="false")

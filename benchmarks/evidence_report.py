@@ -101,7 +101,7 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
             common = sorted(q for q in set(by.get("trained", {})) & set(by.get(other, {}))
                             if by["trained"][q] and by[other][q])
             get = (lambda s: s["total_reward"]) if key == "total_reward" else (lambda s, k=key: s["scores"][k])
-            fig = mean_with_ci([get(by["trained"][q]) - get(by[other][q]) for q in common])
+            fig = mean_with_ci([get(by["trained"][q]) - get(by[other][q]) for q in common], min_n=min_n)
             diff, n, p, reading = _comparison(fig, min_n)
             label = "collective total (both valid)" if key == "total_reward" else key
             lines.append(f"| {other} | {label} | {diff} | {n} | {p} | {reading} |")

@@ -1,6 +1,6 @@
 """A GRPO step against the sum of its parts, side by side in one process.
 
-The stage's own trainer (`mascot/policy/grpo.py: build_trainer`, params.yaml's `grpo` block, the reward model in
+The stage's own trainer (`mascot/policy/engine.py: build_trainer`, params.yaml's `grpo` block, the reward model in
 `models/reward`, no watch, no tracking) runs `--steps` steps with a timer on each of TRL's phases: generation
 (`_generate_single_turn`), reward scoring (`_calculate_rewards`), the policy's log-prob forward (`compute_loss`),
 the backward (the rest of `training_step`) and the optimizer step with the trainer's bookkeeping (the rest of the
@@ -129,7 +129,8 @@ def main() -> None:
     from mascot.config import load_params
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
-    from mascot.policy.grpo import build_trainer, grpo_prompts
+    from mascot.policy.engine import build_trainer
+    from mascot.policy.grpo import grpo_prompts
     from mascot.policy.rewards import make_format_reward, make_reward_model_reward, stop_token_ids
     from mascot.precision import native_bf16
     from mascot.reward.scorer import RewardScorer

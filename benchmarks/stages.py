@@ -66,7 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mascot-stages-")) / "repo"
     work.mkdir(parents=True)
-    from mascot.io import fresh_pipeline_copy
+    from benchmarks.pipeline_copy import fresh_pipeline_copy
 
     source = ROOT
     if args.rev:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import re
 import shutil
-from pathlib import Path
 
 from mascot.resume import fingerprint
 

@@ -2,8 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
+import resource
 import sys
+import time
+
+from mascot.config import ConfigError, load_params
+from mascot.io import InputError
+from mascot.launch import one_write_per_line, relaunch, under_launcher
+from mascot.llm.backend import ServerError
 
 STAGES = {
     "base_model": "mascot.llm.base_model",
@@ -36,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     stats_file = os.environ.get("MASCOT_STAGE_STATS")
     if not stats_file:
         return _main(argv)
-    import time
 
     start, status = time.perf_counter(), None
     try:
@@ -51,9 +59,6 @@ def record_stage_stats(path: str, argv: list[str], wall_s: float, status) -> Non
     and of its children (an accelerate launch's ranks, a vLLM server started here). Linux gives a child spawned
     by a large process the parent's RSS at that moment (the pages they share), so a children's figure at or
     below this process's own peak may be only that (git, `uname`), and says nothing about real children."""
-    import json
-    import resource
-
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     with open(path, "a") as fh:
@@ -67,8 +72,6 @@ AFTER_GATE = {"reports": ("train_rm", "promote", "train_grpo", "evaluate"),
 
 
 def repeat_judge_warning(stage: str) -> None:
-    import json
-
     for report_dir, stages in AFTER_GATE.items():
         if stage not in stages:
             continue
@@ -83,8 +86,6 @@ def repeat_judge_warning(stage: str) -> None:
 def report_requests(stage: str) -> None:
     """One line per LLM backend the stage built: where its requests went, by endpoint. With MASCOT_REQUEST_LOG
     set, also a JSON line there (the rehearsal test counts them against the server's own log)."""
-    import json
-
     from mascot.llm.factory import request_summary
 
     summary = request_summary()
@@ -98,18 +99,8 @@ def report_requests(stage: str) -> None:
             fh.write(json.dumps({"stage": stage, "backends": summary}) + "\n")
 
 
-def _main(argv: list[str]) -> int:
-    if argv[:1] == ["serve"]:  # its own options; no params.yaml needed
-        from mascot.llm.serve import main as serve_main
-
-        return serve_main(argv[1:])
-    if argv[:1] == ["stack"]:  # the team tracking stack; no params.yaml needed
-        from mascot.stack import main as stack_main
-
-        return stack_main(argv[1:])
-    # no HF_HUB_OFFLINE here: only the base_model/small_model stages' hub source talks to a hub, and every other
-    # stage reads local folders (the embedded default is offline because its sources are local)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+def build_parser() -> argparse.ArgumentParser:
+    """`mascot`'s options: one subcommand per stage, and promote, probe, serve, stack and profile."""
     parser = argparse.ArgumentParser(prog="mascot", description="MASCOT persona reward-model pipeline")
     parser.add_argument("--params", default="params.yaml", help="the parameters file (default: params.yaml)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,73 +119,89 @@ def _main(argv: list[str]) -> int:
     prof = sub.add_parser("profile", help="merge profiles/NAME.yaml into the params file (tiny, real, ...); several "
                           "compose in the order given (`mascot profile real rehearsal`)")
     prof.add_argument("names", nargs="+", metavar="name")
+    return parser
+
+
+def _main(argv: list[str]) -> int:
+    # a subcommand's own module loads for that subcommand only: what this module imports at the top is code every
+    # stage runs, and so in every stage's DVC dependencies (mascot/stage_deps.py)
+    if argv[:1] == ["serve"]:  # its own options; no params.yaml needed
+        from mascot.llm.serve import main as serve_main
+
+        return serve_main(argv[1:])
+    if argv[:1] == ["stack"]:  # the team tracking stack; no params.yaml needed
+        from mascot.stack import main as stack_main
+
+        return stack_main(argv[1:])
+    # no HF_HUB_OFFLINE here: only the base_model/small_model stages' hub source talks to a hub, and every other
+    # stage reads local folders (the embedded default is offline because its sources are local)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
     args = parser.parse_args(argv)
 
-    import importlib
-
-    from mascot.config import ConfigError, load_params
-    from mascot.io import InputError
-    from mascot.llm.backend import ServerError
     from mlflow.exceptions import MlflowException
 
     try:
-        if args.command == "profile":
-            from mascot.profiles import main as profile_main
-
-            profile_main(args.names, args.params)
-            return 0
-        params = load_params(args.params)
-        import mascot.stats
-
-        mascot.stats.MIN_N = params.stats.min_n
-        if args.command == "probe":
-            from mascot.promote import probe_main
-
-            probe_main(params, args.uri)
-            return 0
-        if args.command == "promote":
-            from mascot import promote as promote_mod
-
-            if args.version:
-                if not args.reason:
-                    parser.error("promote --version needs --reason (it is recorded on the version)")
-                promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason,
-                                            args.model)
-            else:
-                promote_mod.main(params)
-            return 0
-        from mascot.launch import one_write_per_line, relaunch, under_launcher
-
-        status = relaunch(args.command, params, argv)
-        if status is not None:
-            return status
-        if under_launcher():
-            one_write_per_line()
-        module, _, function = STAGES[args.command].partition(":")
-        getattr(importlib.import_module(module), function or "main")(params)
-        report_requests(args.command)
-        repeat_judge_warning(args.command)
+        return run_command(args, argv, parser)
     except (ConfigError, InputError) as exc:
         print(f"mascot {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except MlflowException as exc:
-        import mlflow
-
-        first = str(exc).strip().splitlines()[0][:600] if str(exc).strip() else type(exc).__name__
-        code = getattr(exc, "error_code", "")
-        hint = {"PERMISSION_DENIED": "your MLflow user lacks the permission this needs (ask an admin to grant it)",
-                "UNAUTHENTICATED": "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or ~/.mlflow/credentials)"
-                }.get(code, "if the server is down, start it (`mascot stack up`) and rerun: a half-registered "
-                      "version is tagged abandoned and never promoted")
-        print(f"mascot {args.command}: error: MLflow at {mlflow.get_tracking_uri()} [{code or 'error'}]: {first}\n"
-              f"{hint}", file=sys.stderr)
+        print(mlflow_error(args.command, exc), file=sys.stderr)
         return 4
     except ServerError as exc:
         print(f"mascot {args.command}: error: {exc}\nEvery finished record is kept in the stage's journal "
               f"(.mascot/resume/); rerun the stage to resume once the server answers.", file=sys.stderr)
         return 3
+
+
+def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
+    """One parsed command: a profile, the probe, the promotion gate (or a move by hand), or a stage."""
+    if args.command == "profile":
+        from mascot.profiles import main as profile_main
+
+        profile_main(args.names, args.params)
+        return 0
+    params = load_params(args.params)
+    if args.command == "probe":
+        from mascot.promote import probe_main
+
+        probe_main(params, args.uri)
+        return 0
+    if args.command == "promote":
+        from mascot import promote as promote_mod
+
+        if args.version:
+            if not args.reason:
+                parser.error("promote --version needs --reason (it is recorded on the version)")
+            promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason,
+                                        args.model)
+        else:
+            promote_mod.main(params)
+        return 0
+    status = relaunch(args.command, params, argv)
+    if status is not None:
+        return status
+    if under_launcher():
+        one_write_per_line()
+    module, _, function = STAGES[args.command].partition(":")
+    getattr(importlib.import_module(module), function or "main")(params)
+    report_requests(args.command)
+    repeat_judge_warning(args.command)
     return 0
 
+
+def mlflow_error(command: str, exc) -> str:
+    """An MLflow failure in words: the server, its error code, and what to do about it."""
+    import mlflow
+
+    first = str(exc).strip().splitlines()[0][:600] if str(exc).strip() else type(exc).__name__
+    code = getattr(exc, "error_code", "")
+    hint = {"PERMISSION_DENIED": "your MLflow user lacks the permission this needs (ask an admin to grant it)",
+            "UNAUTHENTICATED": "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or ~/.mlflow/credentials)"
+            }.get(code, "if the server is down, start it (`mascot stack up`) and rerun: a half-registered "
+                  "version is tagged abandoned and never promoted")
+    return f"mascot {command}: error: MLflow at {mlflow.get_tracking_uri()} [{code or 'error'}]: {first}\n{hint}"
 
 if __name__ == "__main__":
     sys.exit(main())

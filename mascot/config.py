@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import yaml
+
+from mascot.trainer_args import check_trainer_args
 
 
 class Block(BaseModel):
@@ -19,8 +21,6 @@ class Block(BaseModel):
 def _trainer_args_check(kind: str):
     """A block's trainer_args checked against TRL's config class of `kind` (mascot/trainer_args.py)."""
     def check(cls, value):
-        from mascot.trainer_args import check_trainer_args
-
         check_trainer_args(value, kind)
         return value
     return field_validator("trainer_args")(classmethod(check))

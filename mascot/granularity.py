@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 import hashlib
 
 from mascot import transcript
+from mascot.annotate.director import roster
+from mascot.annotate.reference_set import as_candidates, build_block_reference_set, build_reference_set
+from mascot.annotate.rubric import load_rubric
+from mascot.data.personas import resolve_persona
 
 CUT_MARK = "[earlier turns cut] "
 
@@ -46,8 +50,6 @@ class Granularity:
     # ---- params and rubric ----
     def rubric(self, params=None):
         """The rubric the params block names (without params: the shipped one)."""
-        from mascot.annotate.rubric import load_rubric
-
         return load_rubric(params_block(params, self.score_block).rubric if params is not None else self.default_rubric)
 
     def judge_figure_hint(self, name: str) -> str:
@@ -164,8 +166,6 @@ class Replies(Granularity):
                 "skip": None if reply.strip() else "empty reply"}
 
     def judge_units(self, records, queries, personas):
-        from mascot.data.personas import resolve_persona
-
         units = []
         for cand in records:
             q = queries.get(cand["query_id"])
@@ -197,14 +197,10 @@ class Replies(Granularity):
         return [(first, [{"role": "user", "content": u}], r) for u, r in REPLY_PROBES]
 
     def reference_set(self, dialogues, personas, budget, count, block, exclude):
-        from mascot.annotate.reference_set import build_reference_set
-
         return build_reference_set(dialogues, list(personas), budget, count, block.dialogue_items, block.qa_items,
                                    seed=block.seed, exclude=exclude)
 
     def reference_units(self, items, personas):
-        from mascot.annotate.reference_set import as_candidates
-
         candidates, queries = as_candidates(items)
         return candidates, self.judge_units(candidates, queries, personas)
 
@@ -229,8 +225,6 @@ class Blocks(Granularity):
     def judge_units(self, records, queries, personas):
         """Each branch's block (its turns after the shared prefix). An invalid branch is not judged: its
         record says why."""
-        from mascot.annotate.director import roster
-
         team, units = roster(personas), []
         for e in records:
             q = queries.get(e["query_id"])
@@ -266,14 +260,10 @@ class Blocks(Granularity):
                 for u, turns in BLOCK_PROBES]
 
     def reference_set(self, dialogues, personas, budget, count, block, exclude):
-        from mascot.annotate.reference_set import build_block_reference_set
-
         return build_block_reference_set(dialogues, list(personas), budget, count, block.items, block.turns,
                                          seed=block.seed, exclude=exclude)
 
     def reference_units(self, items, personas):
-        from mascot.annotate.director import roster
-
         team, variants, units = roster(personas), [], []
         for item in items:
             for k, (variant, turns) in enumerate(item["blocks"].items()):

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 import json
 import os
+from pathlib import Path
 import sys
 import tempfile
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+import yaml
 
 
 class InputError(ValueError):
@@ -59,8 +61,6 @@ def read_jsonl(path: str | Path, bad: BadRows | None = None) -> Iterator[tuple[i
 
 def read_yaml(path: str | Path, what: str, error: type[Exception] = InputError):
     """A YAML file's contents; a missing file or bad YAML raises `error` naming the file (and `what` it is)."""
-    import yaml
-
     path = Path(path)
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -109,43 +109,6 @@ def require(record: dict, field: str, kind: type | tuple[type, ...], where: str)
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise InputError(f"{where}: field '{field}' should be {names}, got {type(value).__name__}")
     return value
-
-
-def copy_tracked_files(repo: Path, dest: Path) -> None:
-    """The files git would commit (tracked, and untracked but not ignored) of `repo`, copied into `dest`:
-    a fresh working tree for running the pipeline apart (tests, benchmarks)."""
-    import shutil
-    import subprocess
-
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for rel in files:
-        if (repo / rel).is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(repo / rel, dest / rel)
-
-
-def pipeline_env(dest: Path, **extra_env: str) -> dict[str, str]:
-    """The environment to run the pipeline copy in `dest` apart (fresh_pipeline_copy's, also for a copy made before)."""
-    import os
-    import sys
-
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-            "HF_HUB_OFFLINE": "1", "MASCOT_RESUME_DIR": str(dest / ".mascot/resume"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(dest), os.environ.get("PYTHONPATH")])), **extra_env}
-
-
-def fresh_pipeline_copy(repo: Path, dest: Path, **extra_env: str) -> dict[str, str]:
-    """`repo`'s committable files as a fresh git repo in `dest`, and the environment to run the pipeline there
-    apart (this interpreter's `mascot`/`dvc` first on PATH, the copy's own `mascot` package first on the import
-    path rather than an editable install's, offline, its own resume folder)."""
-    import subprocess
-
-    copy_tracked_files(repo, dest)
-    env = pipeline_env(dest, **extra_env)
-    subprocess.run("git init -q && git add -A && git -c user.email=m@m -c user.name=mascot commit -qm copy",
-                   shell=True, cwd=dest, env=env, check=True, capture_output=True)
-    return env
 
 
 def require_model_dir(path: str, key: str) -> str:

@@ -9,9 +9,9 @@ and registers (after a barrier): N ranks make one registered version.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import subprocess
 import sys
-from pathlib import Path
 
 # stage -> its params block
 TRAINING_STAGES = {"train_rm": "train_rm", "train_group_rm": "train_group_rm", "train_grpo": "grpo",

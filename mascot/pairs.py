@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import hashlib
 from itertools import combinations
+from pathlib import Path
+from statistics import fmean
 
 from mascot.config import PairsParams
-from mascot.data.personas import Persona
+from mascot.data.human_ratings import human_pairs
+from mascot.data.personas import Persona, load_personas
+from mascot.granularity import BLOCK, REPLY
+from mascot.io import InputError, load_jsonl, write_json, write_jsonl
 from mascot.splits import conversation_of, is_held_out, split_of, split_counts
+from mascot.transcript import turn_messages
 
 EPS = 1e-9  # totals are means of floats: a gap of exactly the margin must count
 
@@ -43,8 +49,6 @@ def ranked_pairs(group: list[dict], margin: float, text_of) -> list[tuple[dict, 
 def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, dict],
                 personas: dict[str, Persona], params: PairsParams, heldout=None) -> list[dict]:
     """Pairs of every query that is not held out (`heldout`: the params block; mascot/splits.py)."""
-    from mascot.granularity import REPLY
-
     by_id = {c["candidate_id"]: c for c in candidates}
     groups = {k: g for k, g in scored_groups(scores, REPLY.unit_id, REPLY.group_fields).items()
               if heldout is None or not is_held_out(queries[k[0]], heldout)}
@@ -74,8 +78,6 @@ def build_human_pairs(items: list[dict], personas: dict[str, Persona], min_gap: 
     """The human set's within-conversation pairs (ratings at least `min_gap` apart) of train-split conversations,
     as training pairs marked `pair_source: human`: the seekers' own preferences beside the judge's. Held-out and
     eval-split conversations give none (the same split rule as the judge's pairs, by conversation)."""
-    from mascot.data.human_ratings import human_pairs
-
     rows = [{"query_id": i["item_id"], "conversation_id": i["conversation_id"]} for i in items
             if not is_held_out(i, heldout)]
     split = split_of(rows, params.eval_fraction, params.split_seed)
@@ -97,9 +99,6 @@ def build_human_pairs(items: list[dict], personas: dict[str, Persona], min_gap: 
 def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[str, dict],
                       params: PairsParams) -> list[dict]:
     """Stage 2: pairs of branches of the same prefix; chosen and rejected are their blocks of turns."""
-    from mascot.granularity import BLOCK
-    from mascot.transcript import turn_messages
-
     by_id = {e["episode_id"]: e for e in episodes}
     groups = scored_groups(scores, BLOCK.unit_id, BLOCK.group_fields)
     pairs = []
@@ -163,8 +162,6 @@ def balance_length(pairs: list[dict], seed: int = 0) -> tuple[list[dict], int]:
 
 
 def pair_metrics_summary(pairs: list[dict], margin: float, before: float | None, dropped: int) -> dict:
-    from statistics import fmean
-
     return {"pairs": len(pairs), "train_pairs": sum(p["split"] == "train" for p in pairs),
             "eval_pairs": sum(p["split"] == "eval" for p in pairs), "score_margin": margin,
             # pairs of one conversation are not independent: the conversations are the real n of each split
@@ -178,8 +175,6 @@ def pair_metrics_summary(pairs: list[dict], margin: float, before: float | None,
 
 
 def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics: str, extra: dict | None = None) -> None:
-    from mascot.io import write_json, write_jsonl
-
     before, dropped = chosen_longer_fraction(pairs), 0
     if params.balance_length:
         pairs, dropped = balance_length(pairs, params.split_seed)
@@ -194,19 +189,12 @@ def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
          scores_path: str = "data/scores.jsonl", out: str = "data/pairs.jsonl",
          metrics: str = "metrics/pairs.json", human_path: str = "data/human/items.jsonl") -> None:
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl
-
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     personas = load_personas(params.prepare.personas_file)
     pairs = [{**p, "pair_source": "judge"} for p in build_pairs(load_jsonl(candidates_path), load_jsonl(scores_path),
                                                                  queries, personas, params.pairs, params.heldout)]
     extra = {**split_counts(list(queries.values()), params.heldout), "queries": len(queries)}
     if params.pairs.human:
-        from pathlib import Path
-
-        from mascot.io import InputError
-
         if not Path(human_path).exists():
             raise InputError(f"pairs.human is on but {human_path} does not exist: run the human_set stage")
         human = build_human_pairs(load_jsonl(human_path), personas, params.human.min_gap, params.pairs, params.heldout)
@@ -218,8 +206,6 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
 def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
                scores_path: str = "data/group/scores.jsonl", out: str = "data/group/pairs.jsonl",
                metrics: str = "metrics/pairs_group.json") -> None:
-    from mascot.io import load_jsonl
-
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     pairs = build_block_pairs(load_jsonl(episodes_path), load_jsonl(scores_path), queries, params.group_pairs)
     _finish("pairs_group", pairs, params.group_pairs, out, metrics)

@@ -1,6 +1,7 @@
 """`mascot profile NAME`: merge profiles/NAME.yaml into params.yaml (comments kept), then validate."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from ruamel.yaml import YAML
@@ -30,8 +31,6 @@ def apply_profile(name: str, params_path: str | Path = "params.yaml", profiles_d
 
 
 def _dump(yaml, data) -> str:
-    import io
-
     buf = io.StringIO()
     yaml.dump(data, buf)
     return buf.getvalue()

@@ -11,20 +11,23 @@ import json
 from pathlib import Path
 
 from mascot import registry
-from mascot.io import load_jsonl, write_json
+from mascot.data.personas import load_personas
+from mascot.io import InputError, load_jsonl, write_json
 from mascot.reward.evaluation import describe_human, held_out_human, human_set_metrics, pair_metrics
 from mascot.reward.scorer import RewardScorer
+from mascot.stats import DEFAULT_MIN_N
 
 ROUNDTRIP_TOLERANCE = 1e-4
 
 
-def measure(scorer: RewardScorer, pairs: list[dict], personas: dict) -> dict:
+def measure(scorer: RewardScorer, pairs: list[dict], personas: dict, min_n: int = DEFAULT_MIN_N) -> dict:
     sides = [scorer.granularity.pair_sides(p, personas) for p in pairs]
     return pair_metrics(pairs, scorer.score([(persona, ctx, chosen) for persona, ctx, chosen, _ in sides]),
-                        scorer.score([(persona, ctx, rejected) for persona, ctx, _, rejected in sides]))
+                        scorer.score([(persona, ctx, rejected) for persona, ctx, _, rejected in sides]), min_n)
 
 
-def human_gate(promoted: bool, reason: str, human: dict, bar: float | None, bar_on: str) -> tuple[bool, str]:
+def human_gate(promoted: bool, reason: str, human: dict, bar: float | None, bar_on: str,
+               min_n: int = DEFAULT_MIN_N) -> tuple[bool, str]:
     """The reward model's agreement with people (held-out human pairs, `human_set_metrics`) added to the
     decision: always in the reason; with a bar (promote.min_human_agreement), required at `bar_on`."""
     if not human.get("human_pairs_n"):
@@ -32,7 +35,7 @@ def human_gate(promoted: bool, reason: str, human: dict, bar: float | None, bar_
             return promoted, reason
         return False, (f"no held-out human pairs (no human set, or none of its rated conversations is held out), so "
                        f"promote.min_human_agreement {bar} cannot be met (the eval pairs: {reason})")
-    words = describe_human(human)
+    words = describe_human(human, min_n=min_n)
     if bar is None or not promoted:
         return promoted, f"{reason}; {words}"
     figure = human.get("human_pairs_ci_low") if bar_on == "lower_bound" else human.get("human_pairs")
@@ -60,8 +63,6 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
          metrics_path: str = "metrics/promote.json", block: str = "promote") -> None:
     """The gate for either reward model: the registered.json it reads names the model and its granularity;
     `block` names the params block with the thresholds (promote, promote_group)."""
-    from mascot.data.personas import load_personas
-
     registry.setup_tracking(params)
     p = getattr(params, block)
     new = json.loads(Path(registered_path).read_text())
@@ -79,11 +80,12 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     if drift > ROUNDTRIP_TOLERANCE:
         raise RuntimeError(f"{name} v{version}: registry copy scores differ from training by {drift:.2e}; "
                            "refusing to promote a model that does not reload as trained")
-    new_metrics = measure(new_scorer, eval_pairs, personas)
+    new_metrics = measure(new_scorer, eval_pairs, personas, params.stats.min_n)
     champion_version = registry.alias_version(name, p.alias)
     champion_metrics = None
     if champion_version is not None and champion_version != version:
-        champion_metrics = measure(RewardScorer.from_registry(f"models:/{name}@{p.alias}"), eval_pairs, personas)
+        champion_metrics = measure(RewardScorer.from_registry(f"models:/{name}@{p.alias}"), eval_pairs, personas,
+                                   params.stats.min_n)
     promoted, reason = registry.decide_promotion(new_metrics, champion_metrics, p.min_eval_accuracy,
                                                  p.require_beat_length_baseline, p.bar_on, params.stats.min_n)
     promoted, reason = chance_gate(promoted, reason, new_metrics, p.max_null_p)
@@ -91,7 +93,8 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
     if new_scorer.granularity.human_ratings:  # people rated one supporter turn, not a block of group turns
         human = held_out_human(params)
         human_metrics = human_set_metrics(new_scorer, human, personas) if human is not None else {}
-        promoted, reason = human_gate(promoted, reason, human_metrics, p.min_human_agreement, p.bar_on)
+        promoted, reason = human_gate(promoted, reason, human_metrics, p.min_human_agreement, p.bar_on,
+                                      params.stats.min_n)
     too_few = len(eval_pairs) < params.stats.min_n
     figures = {"eval_pairs": len(eval_pairs), "eval_conversations": new_metrics.get("conversations"),
                "accuracy": new_metrics["accuracy"], "accuracy_ci_low": new_metrics.get("accuracy_ci_low"),
@@ -140,8 +143,6 @@ def promote_by_hand(params, version: str, alias: str, reason: str, name: str | N
 def parse_model_uri(uri: str) -> tuple[str, str]:
     """(registered model name, "@alias" or version) of `models:/NAME@ALIAS` or `models:/NAME/VERSION`: the name
     comes from the URI, never from params (the group reward model is probed as `models:/mascot-group-rm@...`)."""
-    from mascot.io import InputError
-
     rest = uri.removeprefix("models:/")
     if rest == uri or not rest:
         raise InputError(f"--uri {uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
@@ -158,8 +159,6 @@ def probe_main(params, uri: str | None = None) -> None:
     """Score the probe texts with a registry model in this (fresh) process, beside the scores the training
     process computed (kept on the version as the `probe_scores` tag)."""
     from mlflow.tracking import MlflowClient
-
-    from mascot.data.personas import load_personas
 
     registry.setup_tracking(params)
     uri = uri or f"models:/{params.train_rm.registered_model}@{params.promote.alias}"

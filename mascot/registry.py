@@ -6,16 +6,22 @@ with `create_model_version`; experiments get an explicit artifact location.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import subprocess
-import time
 from dataclasses import dataclass
+import fcntl
+import hashlib
+import json
+import os
 from pathlib import Path
+import subprocess
+import sys
+import time
+import warnings
 
 import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+
+from mascot.io import InputError, load_jsonl
 
 
 def experiment_origin(cwd: Path | None = None) -> Path | None:
@@ -53,8 +59,6 @@ def lock_embedded_store(uri: str) -> None:
     A second process waits here until the first ends, and says so; a team server (`mascot stack up`) takes
     concurrent writers instead. Outside a queued experiment there is one process at a time anyway: no lock."""
     global _STORE_LOCK
-    import fcntl
-    import sys
 
     if _STORE_LOCK is not None or not uri.startswith("sqlite:///") or experiment_origin() is None:
         return
@@ -132,8 +136,6 @@ def lineage_tags(pairs_path: str | Path, base_model: str, template_hash: str) ->
 def base_model_tags(folder: str | Path) -> dict[str, str]:
     """Where a base model folder came from (the `base_model` stage's mascot_source.json): a hub model's repo and
     the commit its revision resolved to, so a run says which weights it trained on."""
-    import json
-
     try:
         source = json.loads((Path(folder) / "mascot_source.json").read_text())
     except (OSError, ValueError):
@@ -264,8 +266,6 @@ def set_alias(name: str, alias: str, version: str, reason: str, figures: dict[st
 def version_digest(name: str, version) -> str:
     """The identity of one registered version: its name, number, run and artifact source. A registry wiped and
     refilled (a new v1 from another run) gives another digest."""
-    import hashlib
-
     mv = MlflowClient().get_model_version(name, str(version))
     return hashlib.sha256(f"{name}|{mv.version}|{mv.run_id}|{mv.source}".encode()).hexdigest()[:16]
 
@@ -274,10 +274,6 @@ def check_recorded_champion(name: str, alias: str, decision_path: str | Path, st
     """The version `@alias` resolves to, after checking it is the one the promotion stage decided and recorded
     (its DVC output): an alias moved by hand, or a promote output restored from DVC's run cache without the
     registry side effect, is refused with what to run."""
-    import json
-
-    from mascot.io import InputError
-
     try:
         decision = json.loads(Path(decision_path).read_text())
     except (OSError, ValueError):
@@ -303,8 +299,6 @@ def check_recorded_champion(name: str, alias: str, decision_path: str | Path, st
 def dvc_experiment_tags() -> dict[str, str]:
     """Inside `dvc exp run`, the experiment's name and baseline commit (DVC puts them in the stage's
     environment), so MLflow's runs page can group and filter runs by experiment; outside, nothing."""
-    import os
-
     name, baseline = os.environ.get("DVC_EXP_NAME"), os.environ.get("DVC_EXP_BASELINE_REV")
     return {k: v for k, v in (("dvc_exp_name", name), ("dvc_exp_baseline_rev", baseline)) if v}
 
@@ -313,12 +307,8 @@ def log_input_file(path: str | Path, context: str) -> None:
     """Log a JSONL input (pairs, episodes, queries) as an MLflow dataset of the active run: its scalar columns as
     the schema, its md5 as the digest (the value dvc.lock records for it: DVC 3 hashes a file's bytes), `context`
     train or eval, so the runs page's Dataset column says which data a run saw."""
-    import warnings
-
     import mlflow
     import pandas as pd
-
-    from mascot.io import load_jsonl
 
     rows = load_jsonl(path)
     df = pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rows])

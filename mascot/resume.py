@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from mascot.progress import bar
+
 RESUME_DIR = Path(os.environ.get("MASCOT_RESUME_DIR", ".mascot/resume"))
 
 
@@ -71,8 +73,6 @@ def run_journaled(keys: list[str], compute, journal: Journal | None, chunk_size:
     its chunk's members, because an in-process batch's sampling (one RNG stream per batch, padding) depends on
     what else is in it: a record made in another chunk (another `max_queries`, batch size or key order) is
     recomputed, not reused."""
-    from mascot.progress import bar
-
     chunks = [(start, min(start + chunk_size, len(keys))) for start in range(0, len(keys), chunk_size)]
     journal_key = {}
     for start, end in chunks:

@@ -7,13 +7,20 @@ stages drifted, and `--write` puts the computed lists into dvc.yaml (comments an
 
 Imports inside functions count (the stages import lazily). The CLI dispatcher itself (`mascot/cli.py`) is not a
 dependency; the modules it imports for every stage (the config, the error types) are. An empty `__init__.py`
-holds no code and is left out.
+(or one with only its docstring) holds no code and is left out.
 """
 from __future__ import annotations
 
 import ast
 from functools import lru_cache
+import io
 from pathlib import Path
+import sys
+
+from ruamel.yaml import YAML
+import yaml
+
+from mascot.cli import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 # what `mascot <stage>` runs, beside mascot.cli.STAGES: the promotion gates
@@ -72,8 +79,6 @@ def closure(modules: list[str], root: Path = ROOT) -> set[Path]:
 
 
 def stage_entry(stage: str) -> str:
-    from mascot.cli import STAGES
-
     return (STAGES.get(stage) or EXTRA_STAGES[stage]).partition(":")[0]
 
 
@@ -98,7 +103,11 @@ def listed_code(deps: list[str], root: Path = ROOT) -> set[str]:
 
 
 def _has_code(path: Path) -> bool:
-    return path.name != "__init__.py" or bool(path.read_text().strip())
+    """False for an `__init__.py` that holds nothing or only its docstring."""
+    if path.name != "__init__.py":
+        return True
+    body = ast.parse(path.read_text()).body
+    return bool(body[1:] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body)
 
 
 def folded(files: list[str], root: Path = ROOT) -> list[str]:
@@ -115,10 +124,6 @@ def folded(files: list[str], root: Path = ROOT) -> list[str]:
 
 def write(path: Path = ROOT / "dvc.yaml") -> None:
     """Replace every stage's mascot deps in dvc.yaml by its computed list; its data and model deps stay."""
-    import io
-
-    from ruamel.yaml import YAML
-
     yaml = YAML()
     yaml.width, yaml.preserve_quotes = 200, True
     yaml.indent(mapping=2, sequence=4, offset=2)
@@ -131,10 +136,6 @@ def write(path: Path = ROOT / "dvc.yaml") -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import sys
-
-    import yaml
-
     if "--write" in (sys.argv[1:] if argv is None else argv):
         write()
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 # below this many items an interval only says whether every item went the same way: a comparison then reports
-# the exact sign test's p-value and the words "too few to tell" (params: stats.min_n, set at start-up)
-MIN_N = 10
+# the exact sign test's p-value and the words "too few to tell". The default of params' stats.min_n: stage code
+# passes its params' value as `min_n` (nothing here is set at start-up)
+DEFAULT_MIN_N = 10
 TOO_FEW = "too few to tell"
 
 
@@ -37,22 +38,22 @@ def sign_test_p(values: list[float], null: float = 0.0) -> float | None:
     return round(float(binomtest(above, above + below, 0.5).pvalue), 4)
 
 
-def mean_with_ci(values: list[float], seed: int = 0, null: float | None = 0.0) -> dict:
+def mean_with_ci(values: list[float], seed: int = 0, null: float | None = 0.0, min_n: int = DEFAULT_MIN_N) -> dict:
     """{mean, ci_low, ci_high, n, p_sign, too_few_to_tell}: the figure, its 95% bootstrap interval, how many items
     it rests on, and the exact sign test against `null` (0 for differences, 0.5 for win rates; None: no test)."""
     ci = bootstrap_ci(values, seed=seed)
     return {"mean": round(float(np.mean(values)), 4) if values else None,
             "ci_low": ci[0] if ci else None, "ci_high": ci[1] if ci else None, "n": len(values),
             "p_sign": sign_test_p(values, null) if null is not None else None,
-            "too_few_to_tell": len(values) < MIN_N}
+            "too_few_to_tell": len(values) < min_n}
 
 
-def describe(fig: dict) -> str:
+def describe(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:
     """A comparison as one reads it: `mean [low, high] n=N`, and below stats.min_n the sign test's p-value and
     "too few to tell" instead of a verdict."""
     text = f"{fig['mean']} [{fig['ci_low']}, {fig['ci_high']}] n={fig['n']}"
     if fig.get("too_few_to_tell"):
-        text += f" (sign test p={fig.get('p_sign')}; {TOO_FEW}: n < {MIN_N})"
+        text += f" (sign test p={fig.get('p_sign')}; {TOO_FEW}: n < {min_n})"
     elif fig.get("ci_low") is not None and fig.get("p_sign") is not None:
         text += f" (sign test p={fig['p_sign']})"
     return text
@@ -96,10 +97,10 @@ def first_component_share(columns: dict[str, list[float]]) -> float | None:
 
 
 def cluster_mean_with_ci(values: list[float], clusters: list[str], seed: int = 0, null: float | None = 0.0,
-                         rounds: int = 2000) -> dict:
+                         rounds: int = 2000, min_n: int = DEFAULT_MIN_N) -> dict:
     """`mean_with_ci` for items that come in clusters (the pairs of one conversation share a person and a mood):
     the percentile bootstrap resamples clusters, not items; `clusters` says how many there are."""
-    out = mean_with_ci(values, seed, null)
+    out = mean_with_ci(values, seed, null, min_n)
     names = sorted(set(clusters))
     out["clusters"] = len(names)
     if len(names) < 2:
@@ -118,14 +119,14 @@ def cluster_mean_with_ci(values: list[float], clusters: list[str], seed: int = 0
 
 
 def cluster_spearman_with_ci(x: list[float], y: list[float], clusters: list[str], seed: int = 0,
-                             rounds: int = 1000) -> dict:
+                             rounds: int = 1000, min_n: int = DEFAULT_MIN_N) -> dict:
     """{mean, ci_low, ci_high, n, clusters}: Spearman's rho of x and y, its interval from a bootstrap over
     clusters (replicates where a side is constant are skipped)."""
     from scipy.stats import spearmanr
 
     names = sorted(set(clusters))
     out = {"mean": spearman(x, y), "ci_low": None, "ci_high": None, "n": len(x), "clusters": len(names),
-           "too_few_to_tell": len(x) < MIN_N}
+           "too_few_to_tell": len(x) < min_n}
     if out["mean"] is None or len(names) < 2:
         return out
     members: dict[str, list[int]] = {}

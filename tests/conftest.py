@@ -95,7 +95,7 @@ def ran_stages(output: str) -> set[str]:
 @pytest.fixture(scope="session")
 def dvc_repo(repo_root, tmp_path_factory):
     """A copy of the project (the files git would commit) as a fresh git + DVC repo on the tiny profile."""
-    from mascot.io import fresh_pipeline_copy
+    from benchmarks.pipeline_copy import fresh_pipeline_copy
 
     work = tmp_path_factory.mktemp("pipeline") / "repo"
     env = fresh_pipeline_copy(repo_root, work)

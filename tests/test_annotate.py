@@ -1,8 +1,9 @@
 import pytest
 
 from mascot.annotate.generate import generate_candidates, speaker_prompt
-from mascot.annotate.rubric import DIMENSIONS, JudgeParseError, judge_prefix, parse_json_scores
+from mascot.annotate.rubric import PERSONA, JudgeParseError
 from mascot.annotate.score import score_candidates
+from mascot.granularity import REPLY
 from mascot.config import GenerateParams, ScoreParams
 from mascot.llm.backend import Completion
 from mascot.resume import Journal
@@ -38,8 +39,8 @@ def test_transcript_prompt_layout(personas):
 
 
 def test_judge_prefix_puts_shared_parts_first(personas):
-    a = judge_prefix(personas["The Anchor"], [{"role": "user", "content": "x"}], "reply one", True)
-    b = judge_prefix(personas["The Anchor"], [{"role": "user", "content": "x"}], "reply two", True)
+    a = PERSONA.prefix(REPLY.judge_item(personas["The Anchor"], [{"role": "user", "content": "x"}], "reply one"), True)
+    b = PERSONA.prefix(REPLY.judge_item(personas["The Anchor"], [{"role": "user", "content": "x"}], "reply two"), True)
     common = len(a) - len("reply one\n")
     assert a[:common] == b[:common]  # only the reply differs, at the end
 
@@ -112,7 +113,7 @@ def test_score_modes(tiny_backend, personas, demo_queries, mode):
     assert scores[0]["scores"] is None and scores[0]["total_reward"] is None
     for s in scores[1:]:
         assert s["status"] == "scored", s
-        assert set(s["scores"]) == set(DIMENSIONS)
+        assert set(s["scores"]) == set(PERSONA.dimensions)
         assert all(1 <= v <= 5 for v in s["scores"].values())
         assert s["total_reward"] == pytest.approx(sum(s["scores"].values()) / 5, abs=1e-3)
 
@@ -149,12 +150,12 @@ def test_unparseable_judge_is_retried_then_unscored(personas, demo_queries):
 
 
 def test_parse_json_scores_rejects_out_of_range():
-    good = {d: {"reason": "ok", "score": 3} for d in DIMENSIONS}
+    good = {d: {"reason": "ok", "score": 3} for d in PERSONA.dimensions}
     import json
-    assert parse_json_scores(json.dumps(good))[0]["perceived_empathy"] == 3.0
+    assert PERSONA.parse_json(json.dumps(good))[0]["perceived_empathy"] == 3.0
     good["perceived_empathy"]["score"] = 6
     with pytest.raises(JudgeParseError, match="perceived_empathy"):
-        parse_json_scores(json.dumps(good))
+        PERSONA.parse_json(json.dumps(good))
 
 
 def test_a_resumed_run_writes_what_a_clean_run_would_when_the_chunks_change(tmp_path):
@@ -200,8 +201,8 @@ def test_journal_ignores_a_torn_last_line_and_retains_current_keys(tmp_path):
 
 def test_parse_json_scores_tolerates_raw_control_characters_in_reasons():
     import json
-    text = json.dumps({d: {"reason": "ok", "score": 2} for d in DIMENSIONS}).replace('"ok"', '"o\x02k"', 1)
-    assert parse_json_scores(text)[0]["persona_consistency"] == 2.0
+    text = json.dumps({d: {"reason": "ok", "score": 2} for d in PERSONA.dimensions}).replace('"ok"', '"o\x02k"', 1)
+    assert PERSONA.parse_json(text)[0]["persona_consistency"] == 2.0
 
 
 def test_score_metrics_flag_constant_judges_and_empty_reasons():
@@ -209,7 +210,7 @@ def test_score_metrics_flag_constant_judges_and_empty_reasons():
 
     def rec(q, total, reason="the reply names the feeling and stays on topic"):
         return {"query_id": q, "persona": "The Anchor", "status": "scored", "total_reward": total,
-                "scores": {d: total for d in DIMENSIONS}, "reasons": {d: reason for d in DIMENSIONS}}
+                "scores": {d: total for d in PERSONA.dimensions}, "reasons": {d: reason for d in PERSONA.dimensions}}
     m = score_metrics([rec("a", 3.0), rec("a", 3.0), rec("b", 2.0), rec("b", 4.0)])
     assert m["groups"] == 2 and m["constant_group_fraction"] == 0.5 and m["empty_reason_fraction"] == 0.0
     m = score_metrics([rec("a", 1.0, ""), rec("a", 1.0, "ok")])
@@ -217,16 +218,15 @@ def test_score_metrics_flag_constant_judges_and_empty_reasons():
 
 
 def test_chat_judge_prompts_continue_the_ratings(personas):
-    from mascot.annotate.rubric import expected_prompts, json_prompt
-
     ctx = [{"role": "user", "content": "I lost my job."}]
-    chat = expected_prompts(personas["The Anchor"], ctx, "That sounds hard.", True, "chat")
+    item = REPLY.judge_item(personas["The Anchor"], ctx, "That sounds hard.")
+    chat = PERSONA.expected_prompts(item, True, "chat")
     for dim, messages in chat.items():
         assert messages[0]["role"] == "system" and "strict judge" in messages[0]["content"]
         assert messages[-1] == {"role": "assistant", "content": f"Ratings:\n{dim}: "}
-    plain = expected_prompts(personas["The Anchor"], ctx, "That sounds hard.", True, "plain")
+    plain = PERSONA.expected_prompts(item, True, "plain")
     assert all(p.endswith(f"Ratings:\n{d}: ") for d, p in plain.items())
-    assert json_prompt(personas["The Anchor"], ctx, "x", False, "chat")[-1]["role"] == "user"
+    assert PERSONA.json_prompt(REPLY.judge_item(personas["The Anchor"], ctx, "x"), False, "chat")[-1]["role"] == "user"
 
 
 def test_held_out_queries_can_skip_generation():

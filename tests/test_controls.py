@@ -17,7 +17,7 @@ DIGIT = re.compile(r"[0-9]")
 
 
 def _repo(repo_root, tmp_path_factory, kind: str):
-    from mascot.io import fresh_pipeline_copy
+    from benchmarks.pipeline_copy import fresh_pipeline_copy
 
     work = tmp_path_factory.mktemp(f"control-{kind}") / "repo"
     env = fresh_pipeline_copy(repo_root, work)

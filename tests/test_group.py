@@ -269,3 +269,30 @@ def test_a_failed_conversation_counts_at_the_floor_in_the_comparison():
     random = {f"q{i}": 3.0 for i in range(4)}
     fig = paired_vs(random, collective_totals(records, scores))
     assert fig["n"] == 4 and fig["mean"] == round((1.0 * 3 - 2.0) / 4, 4) and fig["too_few_to_tell"]
+
+
+def test_a_condition_is_judged_from_its_records_alone(personas):
+    """evaluate_group's core: a condition's records, a judge and a group reward model in, its figures, totals and
+    judged records out; no file, no server."""
+    from mascot.policy.evaluate_group import describe_results, judge_condition
+
+    records = [{"episode_id": f"q{i}|b0", "query_id": f"q{i}", "prefix_id": f"q{i}", "branch": 0, "valid": i != 1,
+                "invalid_reason": None if i != 1 else "no directive",
+                "turns": [{"role": "agent", "speaker": "The Anchor", "text": f"turn {i}"}]} for i in range(3)]
+    by_q = {f"q{i}": {"query_id": f"q{i}", "context": [{"role": "user", "content": "hi"}]} for i in range(3)}
+    asked = []
+
+    def score(units, rubric):
+        asked.append((rubric.name, len(units)))
+        return [{**u["fields"], "status": "skipped" if u.get("skip") else "scored",
+                 "total_reward": None if u.get("skip") else 3.0,
+                 "scores": None if u.get("skip") else {d: 3.0 for d in rubric.dimensions}} for u in units]
+
+    metrics, totals, judged = judge_condition(records, by_q, personas, (COLLECTIVE, PERSONA), score,
+                                              lambda rows: [0.5 * (k + 1) for k in range(len(rows))])
+    assert asked == [(COLLECTIVE.name, 3), (PERSONA.name, 3)]  # every conversation's block, and each of its turns
+    assert totals == {"q0": 3.0, "q1": 1.0, "q2": 3.0}  # the failed conversation at the rubric's floor
+    assert [r["group_rm_score"] for r in judged] == [0.5, None, 1.0]
+    assert metrics["valid_rate"] == round(2 / 3, 4) and metrics["collective_total"] == 3.0
+    lines = describe_results({"random": metrics, "minus_random_collective_total": {}}, ["random"], 3, 2, 10)
+    assert lines[0].startswith("evaluate_group: 3 held-out conversations") and "random" in lines[2]

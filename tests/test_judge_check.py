@@ -3,7 +3,7 @@ import pytest
 
 from mascot.annotate.judge_check import analyse, choose_style, headline, mode_agreement
 from mascot.annotate.reference_set import COLD_REPLIES, NEUTRAL_SENTENCE, as_candidates, build_reference_set
-from mascot.annotate.rubric import DIMENSIONS
+from mascot.annotate.rubric import PERSONA
 from mascot.data.dialogue import Dialogue, Turn
 
 
@@ -43,8 +43,8 @@ def test_reference_set_from_the_corpus():
 
 def scored(cid, qid, rtype, kind, total, text="some words here", mass=0.9):
     return ({"candidate_id": cid, "query_id": qid, "reply_type": rtype, "kind": kind, "text": text},
-            {"candidate_id": cid, "status": "scored", "total_reward": total, "scores": {d: total for d in DIMENSIONS},
-             "choice_mass": {d: mass for d in DIMENSIONS}})
+            {"candidate_id": cid, "status": "scored", "total_reward": total, "scores": {d: total for d in PERSONA.dimensions},
+             "choice_mass": {d: mass for d in PERSONA.dimensions}})
 
 
 def fake_run(ref_scores, off_scores, cold_scores):
@@ -139,3 +139,20 @@ def test_the_collective_figures_compare_the_human_block_with_each_worse_one():
     assert fig["length_probe"]["up_fraction"] == 1.0
     flat = headline(fig, BLOCK)
     assert {"ref_gt_echo", "ref_gt_echo_ci_low", "ref_gt_redundant_n", "ref_gt_off_topic.fidelity"} <= set(flat)
+
+
+def test_the_formats_and_modes_a_check_runs():
+    from mascot.annotate.judge_check import judge_formats
+    from mascot.config import load_params
+
+    params = load_params("params.yaml")
+    block = params.judge_check.model_copy(update={"prompt_styles": ["plain", "chat"]})
+    auto = params.model_copy(update={"score": params.score.model_copy(update={"prompt_style": "auto"})})
+    assert judge_formats(auto, block)[0] == ["plain", "chat"]  # auto: the check measures both
+    fixed = params.model_copy(update={"score": params.score.model_copy(update={"prompt_style": "chat"})})
+    assert judge_formats(fixed, block)[0] == ["chat"]
+    function = auto.model_copy(update={"score": auto.score.model_copy(update={
+        "scorer": auto.score.scorer.model_copy(update={"kind": "function", "target": "mascot.annotate.controls:planted_feature",
+                                                       "dimensions": []})})})
+    styles, modes = judge_formats(function, block.model_copy(update={"modes": ["expected", "json"]}))
+    assert (styles, modes) == (["plain"], ["expected"])  # a function judge reads no prompt: one run says it all

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from mascot.annotate.rubric import JSON_SCHEMA, SCORE_CHOICES, parse_json_scores
+from mascot.annotate.rubric import PERSONA, SCORE_CHOICES
 from mascot.llm.backend import SampleRequest
 
 
@@ -35,9 +35,9 @@ def test_multi_token_choice_is_refused(tiny_backend):
 
 def test_grammar_constrained_json_always_parses(tiny_backend):
     # Random weights: only the grammar can make this valid JSON with in-range integer scores.
-    replies = tiny_backend.json_complete(["Rate: ", "JSON: "], JSON_SCHEMA, max_tokens=1500)
+    replies = tiny_backend.json_complete(["Rate: ", "JSON: "], PERSONA.json_schema, max_tokens=1500)
     for r in replies:
-        scores, reasons = parse_json_scores(r.text)
+        scores, reasons = PERSONA.parse_json(r.text)
         assert all(1 <= s <= 5 for s in scores.values())
         assert set(json.loads(r.text)) == set(scores)
 

@@ -123,12 +123,12 @@ def _candidates_for_json(personas):
 def test_a_json_reply_cut_at_max_tokens_is_retried_with_a_larger_budget(server, personas):
     import json
 
-    from mascot.annotate.rubric import DIMENSIONS
+    from mascot.annotate.rubric import PERSONA
     from mascot.annotate.score import score_candidates
     from mascot.config import ScoreParams
 
     reply = json.dumps({d: {"score": 4, "reason": "warm and specific to what the person said " * 2}
-                        for d in DIMENSIONS})
+                        for d in PERSONA.dimensions})
     StandIn.json_reply, StandIn.chars_per_token = reply, 2  # 200 tokens hold 400 characters: the reply is cut
     assert 400 < len(reply) <= 800
     cands, queries = _candidates_for_json(personas)

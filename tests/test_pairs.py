@@ -97,7 +97,7 @@ def test_sibling_queries_of_one_conversation_share_a_split_for_every_seed(person
 
 
 def _scored(query_ids):
-    from mascot.annotate.rubric import DIMENSIONS
+    from mascot.annotate.rubric import PERSONA
 
     cands, scores = [], []
     for q in query_ids:
@@ -106,7 +106,7 @@ def _scored(query_ids):
             cands.append({"candidate_id": cid, "query_id": q, "persona": "The Anchor", "candidate_index": i,
                           "text": f"reply {i} to {q}"})
             scores.append({"candidate_id": cid, "query_id": q, "persona": "The Anchor", "status": "scored",
-                           "total_reward": total, "scores": {d: total for d in DIMENSIONS}})
+                           "total_reward": total, "scores": {d: total for d in PERSONA.dimensions}})
     return cands, scores, {q: {"query_id": q, "context": [{"role": "user", "content": "hi"}]} for q in query_ids}
 
 

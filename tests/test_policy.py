@@ -3,7 +3,8 @@ import json
 import pytest
 
 from mascot.config import GRPOParams, PolicyLoraParams
-from mascot.policy.grpo import grpo_prompts, train_policy
+from mascot.policy.engine import train_policy
+from mascot.policy.grpo import grpo_prompts
 from mascot.policy.rewards import first_line, format_score, make_reward_model_reward
 
 
@@ -126,7 +127,7 @@ def test_the_fused_head_projects_only_the_completion_on_the_cpu_with_the_same_lo
     from transformers import AutoModelForCausalLM
     from trl.trainer import utils as trl_utils
 
-    from mascot.policy.grpo import head_on_completions_only
+    from mascot.policy.engine import head_on_completions_only
 
     # TRL's own switch for this test (a GRPO test before it may have patched it), put back after it
     monkeypatch.setattr(trl_utils, "_use_triton", getattr(trl_utils._use_triton, "__wrapped__", trl_utils._use_triton))

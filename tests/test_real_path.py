@@ -53,7 +53,7 @@ def test_grpo_trains_a_chat_director_on_conversational_completions(tiny_model_di
 
     from mascot.config import DirectorParams, PolicyLoraParams
     from mascot.policy.director import director_states, make_director_rewards
-    from mascot.policy.grpo import train_policy
+    from mascot.policy.engine import train_policy
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
@@ -169,7 +169,7 @@ def test_an_unreachable_hub_is_one_line_that_says_what_to_do(repo_root, tmp_path
 
 def test_trainer_args_reach_trls_configs(tmp_path):
     from mascot.config import GRPOParams, TrainRMParams
-    from mascot.policy.grpo import grpo_config
+    from mascot.policy.engine import grpo_config
     from mascot.trainer_args import build_config
 
     rm = TrainRMParams(trainer_args={"warmup_steps": 3, "lr_scheduler_type": "constant", "max_grad_norm": 0.5})

@@ -28,7 +28,7 @@ RECORDS = ["data/candidates.jsonl", "data/scores.jsonl", "data/group/episodes.js
 
 @pytest.fixture(scope="module")
 def rehearsal(repo_root, tmp_path_factory):
-    from mascot.io import fresh_pipeline_copy
+    from benchmarks.pipeline_copy import fresh_pipeline_copy
     from mascot.llm.serve import ServeConfig, VLLMServer
 
     if not VLLM_PYTHON.exists():

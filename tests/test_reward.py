@@ -38,7 +38,10 @@ def test_reward_input_cuts_context_from_the_left_keeping_the_reply(tiny_model_di
     short, cut = reward_input_ids(tok, REPLY, persona, context, "my reply", len(full) // 2)
     assert cut and len(short) <= len(full) // 2
     text = tok.decode(short)
-    assert text.rstrip().endswith("my reply" + tok.eos_token) or "my reply" in text
+    # the reply is last and whole: the cut input ends with the same reply tokens and end of sequence as the full one
+    tail = len(tok("Reply of The Anchor: my reply", add_special_tokens=False)["input_ids"]) + 1
+    assert short[-1] == tok.eos_token_id and short[-tail:] == full[-tail:]
+    assert tok.decode(short[-tail:-1]).replace(" ", "").endswith("myreply")
     assert CUT_MARK.strip() in text and "the last thing I said" in text and "old turn 0" not in text
     with pytest.raises(ValueError, match="raise max_length"):
         reward_input_ids(tok, REPLY, persona, context, "my reply", 10)

@@ -3,7 +3,8 @@
 user and an anonymous client refused; the server killed during registration; PostgreSQL restarted between
 stages; the DVC remote over S3 and a local folder; then `mascot stack down` leaving no process.
 
-The tests of this module run in order and share the stack and the tiny pipeline repo (tests/conftest.py).
+The tests share the stack and the tiny pipeline repo (tests/conftest.py); what one needs from another (the team
+clone, a champion registered on the server) is a module fixture, so each test runs alone, with `-k` or in any order.
 """
 import http.client
 import json
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from mascot.stack.common import port_open
 from tests.conftest import free_port, ran_stages, sh
 
 pytestmark = pytest.mark.integration
@@ -100,35 +102,62 @@ def use_team_remote(stack, repo, env):
        f"dvc remote modify --local team secret_access_key {s3['AWS_SECRET_ACCESS_KEY']}", repo, env)
 
 
+def pushed_pipeline(stack, dvc_repo) -> str:
+    """The tiny pipeline run and committed in the shared repo, its outputs pushed to the team remote (once)."""
+    work, env = dvc_repo
+    if "pushed" not in stack:
+        sh("dvc repro", work, env)  # up to date when the pipeline tests ran first; else this runs it
+        sh("git add -A && git -c user.email=t@t -c user.name=t commit -qm 'pipeline outputs' --allow-empty", work, env)
+        use_team_remote(stack, work, env)
+        stack["pushed"] = sh("dvc push -r team", work, env)
+    return stack["pushed"]
+
+
+def pulled_clone(stack, dvc_repo, folder: Path, remote: str, local_remote: Path | None = None) -> tuple[str, str]:
+    """A fresh clone of the shared repo in `folder` that pulls its outputs from `remote`: (pull's output, status)."""
+    work, env = dvc_repo
+    sh(f"git clone -q {work} {folder}", folder.parent, env)
+    if remote == "team":
+        use_team_remote(stack, folder, env)
+    else:
+        sh(f"dvc remote add --local {remote} {local_remote}", folder, env)
+    return sh(f"dvc pull -r {remote}", folder, env), sh("dvc status", folder, env)
+
+
+@pytest.fixture(scope="module")
+def team_clone(stack, dvc_repo, tmp_path_factory) -> Path:
+    """A colleague's clone that pulled the pipeline's outputs from the team remote."""
+    pushed_pipeline(stack, dvc_repo)
+    clone = tmp_path_factory.mktemp("team") / "clone-team"
+    pulled_clone(stack, dvc_repo, clone, "team")
+    return clone
+
+
+@pytest.fixture(scope="module")
+def team_champion(stack, team_clone) -> dict:
+    """train_rm -> promote -> train_grpo run in the team clone against the server: its output and the version."""
+    out = sh("dvc repro -f -s train_rm promote train_grpo", team_clone, stack["client_env"])
+    registered = json.loads((team_clone / "models/reward/registered.json").read_text())
+    return {"out": out, "registered": registered, "version": registered["version"]}
+
+
 def test_dvc_push_then_a_fresh_clone_pulls_and_reruns_nothing(stack, dvc_repo, tmp_path):
     work, env = dvc_repo
-    sh("dvc repro", work, env)  # up to date when the pipeline tests ran first; else this runs it
-    sh("git add -A && git -c user.email=t@t -c user.name=t commit -qm 'pipeline outputs' --allow-empty", work, env)
-    s3 = stack["secret_env"]
-
-    use_team_remote(stack, work, env)
-    pushed = sh("dvc push -r team", work, env)
+    pushed = pushed_pipeline(stack, dvc_repo)
     print(f"dvc push -r team: {pushed.strip().splitlines()[-1]}")
     committed = (work / ".dvc/config").read_text()
-    assert "s3://dvc/" in committed and s3["AWS_SECRET_ACCESS_KEY"] not in committed
+    assert "s3://dvc/" in committed and stack["secret_env"]["AWS_SECRET_ACCESS_KEY"] not in committed
     local_remote = tmp_path / "offline-remote"
     sh(f"dvc remote add --local offline {local_remote} && dvc push -r offline", work, env)
 
     for remote in ("team", "offline"):
         clone = tmp_path / f"clone-{remote}"
-        sh(f"git clone -q {work} {clone}", tmp_path, env)
-        if remote == "team":
-            use_team_remote(stack, clone, env)
-        else:
-            sh(f"dvc remote add --local offline {local_remote}", clone, env)
-        pulled = sh(f"dvc pull -r {remote}", clone, env)
-        status = sh("dvc status", clone, env)
+        pulled, status = pulled_clone(stack, dvc_repo, clone, remote, local_remote)
         assert "Data and pipelines are up to date" in status, status
         again = sh("dvc repro", clone, env)
         assert ran_stages(again) == set(), again
         print(f"fresh clone, dvc pull -r {remote}: {pulled.strip().splitlines()[-1]}; dvc status: {status.strip()}; "
               f"dvc repro ran {sorted(ran_stages(again))}")
-    stack["clone"] = tmp_path / "clone-team"
 
 
 def s3_keys(stack) -> list[str]:
@@ -159,24 +188,21 @@ def pg_rows(stack, sql: str) -> list[tuple]:
         conn.close()
 
 
-def test_pipeline_runs_unchanged_against_the_team_server(stack):
-    clone = stack.get("clone") or pytest.skip("needs the pulled clone of the DVC test")
-    out = sh("dvc repro -f -s train_rm promote train_grpo", clone, stack["client_env"])
+def test_pipeline_runs_unchanged_against_the_team_server(stack, team_clone, team_champion):
+    out, registered = team_champion["out"], team_champion["registered"]
     assert ran_stages(out) == {"train_rm", "promote", "train_grpo"}, out
-    registered = json.loads((clone / "models/reward/registered.json").read_text())
     assert "-> @champion" in out and f"models:/{RM}@champion" in out
     keys = s3_keys(stack)
     adapter_keys = [k for k in keys if k.endswith("reward_model/adapter_model.safetensors")
                     and registered["run_id"] in k]
     assert adapter_keys and any(k.endswith("policy/adapter_model.safetensors") for k in keys)
-    assert not (clone / "mlartifacts" / "mascot-reward").exists()  # nothing written to the client's disk
+    assert not (team_clone / "mlartifacts" / "mascot-reward").exists()  # nothing written to the client's disk
     versions = pg_rows(stack, "SELECT name, version, source FROM model_versions ORDER BY name, version")
     aliases = pg_rows(stack, "SELECT name, alias, version FROM registered_model_aliases")
     assert (RM, "champion", int(registered["version"])) in aliases
     assert all(src.startswith("mlflow-artifacts:/") for _, _, src in versions)
     print(f"team server: {RM} v{registered['version']} @champion; rows in PostgreSQL: {versions}, aliases {aliases}; "
           f"{len(keys)} objects in s3://mlflow, e.g. {adapter_keys[0]}")
-    stack["champion"] = registered["version"]
 
 
 @pytest.fixture
@@ -193,10 +219,12 @@ def as_admin(stack, monkeypatch):
     mlflow.set_registry_uri(before)
 
 
-def test_a_colleague_reads_the_champion_but_cannot_move_it(stack, as_admin, tmp_path, dvc_repo, monkeypatch):
-    champion = stack.get("champion") or pytest.skip("needs the pipeline run against the server")
+def test_a_colleague_reads_the_champion_but_cannot_move_it(stack, team_champion, as_admin, tmp_path, dvc_repo,
+                                                          monkeypatch):
     from mlflow.server import get_app_client
     from mlflow.tracking import MlflowClient
+
+    champion = str(MlflowClient().get_model_version_by_alias(RM, "champion").version)
 
     work, env = dvc_repo
     auth = get_app_client("basic-auth", tracking_uri=stack["uri"])
@@ -280,14 +308,14 @@ class KillingProxy(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
 
 
-def test_server_killed_during_registration_then_rerun_finishes(stack, as_admin, dvc_repo):
-    champion = stack.get("champion") or pytest.skip("needs the pipeline run against the server")
+def test_server_killed_during_registration_then_rerun_finishes(stack, team_clone, team_champion, as_admin, dvc_repo):
     import signal
 
     from mlflow.tracking import MlflowClient
 
+    champion = str(MlflowClient().get_model_version_by_alias(RM, "champion").version)
     work, _ = dvc_repo
-    clone = stack["clone"]
+    clone = team_clone
     before = {int(mv.version) for mv in MlflowClient().search_model_versions(f"name='{RM}'")}
     pgid = int((stack["root"] / "run/mlflow.pgid").read_text())
     KillingProxy.upstream_port, KillingProxy.dead, KillingProxy.seen = stack["ports"]["mlflow"], False, []
@@ -318,20 +346,20 @@ def test_server_killed_during_registration_then_rerun_finishes(stack, as_admin, 
     assert MlflowClient().get_model_version(RM, half_version).tags["mascot_registration"] == "abandoned"
     new = json.loads((clone / "models/reward/registered.json").read_text())["version"]
     assert MlflowClient().get_model_version(RM, new).tags["mascot_registration"] == "complete"
-    stack["rerun_version"] = new
     print(f"rerun after `mascot stack up`: v{half_version} tagged abandoned, v{new} registered complete")
 
 
-def test_postgres_restart_between_stages_loses_nothing(stack, as_admin, dvc_repo):
-    new = stack.get("rerun_version") or pytest.skip("needs the fault test's rerun")
+def test_postgres_restart_between_stages_loses_nothing(stack, team_clone, team_champion, as_admin, dvc_repo):
     from mlflow.tracking import MlflowClient
 
     work, _ = dvc_repo
+    # the version the clone's last train_rm registered (the champion's run, or a later rerun's)
+    new = json.loads((team_clone / "models/reward/registered.json").read_text())["version"]
     before = sorted((mv.version, mv.tags.get("mascot_registration")) for mv in
                     MlflowClient().search_model_versions(f"name='{RM}'"))
     sh(stack["cmd"].format("down") + " postgres", work, stack["admin_env"])
     sh(stack["cmd"].format("up"), work, stack["admin_env"])
-    out = sh("mascot promote", stack["clone"], stack["client_env"])
+    out = sh("mascot promote", team_clone, stack["client_env"])
     assert f"{RM} v{new} -> @" in out
     after = sorted((mv.version, mv.tags.get("mascot_registration")) for mv in
                    MlflowClient().search_model_versions(f"name='{RM}'"))
@@ -339,7 +367,7 @@ def test_postgres_restart_between_stages_loses_nothing(stack, as_admin, dvc_repo
     print(f"PostgreSQL restarted between train_rm and promote: {len(after)} versions before and after; {out.strip()}")
 
 
-def test_stack_down_leaves_no_process_and_up_keeps_everything(stack, as_admin, dvc_repo):
+def test_stack_down_leaves_no_process_and_up_keeps_everything(stack, team_clone, team_champion, as_admin, dvc_repo):
     import psutil
     from mlflow.tracking import MlflowClient
 
@@ -348,9 +376,8 @@ def test_stack_down_leaves_no_process_and_up_keeps_everything(stack, as_admin, d
     sh(stack["cmd"].format("down"), work, stack["admin_env"])
     sh(stack["cmd"].format("up"), work, stack["admin_env"])  # down then up: every run and version is still there
     assert sorted(mv.version for mv in MlflowClient().search_model_versions(f"name='{RM}'")) == versions
-    if stack.get("clone"):
-        probe = json_in(sh("mascot probe", stack["clone"], stack["client_env"]))  # artifacts still in the bucket
-        assert probe["max_abs_diff"] <= 1e-4
+    probe = json_in(sh("mascot probe", team_clone, stack["client_env"]))  # artifacts still in the bucket
+    assert probe["max_abs_diff"] <= 1e-4
     status = json_in(sh(stack["cmd"].format("status"), work, stack["admin_env"]))
     out = json_in(sh(stack["cmd"].format("down"), work, stack["admin_env"]))
     assert out["processes_left"] == {}
@@ -368,7 +395,7 @@ def test_stack_down_leaves_no_process_and_up_keeps_everything(stack, as_admin, d
 def test_up_that_fails_half_way_stops_what_it_started_and_says_what_failed(monkeypatch):
     """PostgreSQL and SeaweedFS start, then the MLflow step fails: `up` stops the two it started and names the
     failure; a second `up` after the fix starts from a clean slate (no "Address already in use")."""
-    from mascot import stack
+    from mascot.stack import supervisor as stack
 
     if not glob("/usr/lib/postgresql/*/bin/initdb"):
         pytest.skip("PostgreSQL is not installed: `make stack-deps` (as root) or `apt-get install postgresql`")
@@ -393,7 +420,7 @@ def test_up_that_fails_half_way_stops_what_it_started_and_says_what_failed(monke
         assert "starting mlflow failed" in message and "psycopg2" in message and "make stack-deps" in message
         assert "stopped what this `up` had started (mlflow, seaweedfs, postgres)" in message
         assert not any(stack.running(cfg).values()), stack.running(cfg)
-        assert not stack.port_open(cfg.pg_port) and not stack.port_open(cfg.s3_port)
+        assert not port_open(cfg.pg_port) and not port_open(cfg.s3_port)
         # the fix made: the same ports come up again
         took = stack.up(cfg, ("postgres", "seaweedfs"), timeout_s=60)
         assert set(took) == {"postgres", "seaweedfs", "total"}
@@ -405,7 +432,7 @@ def test_up_that_fails_half_way_stops_what_it_started_and_says_what_failed(monke
 
 
 def test_up_refuses_before_starting_anything_when_the_team_extra_is_missing(monkeypatch, tmp_path):
-    from mascot import stack
+    from mascot.stack import supervisor as stack
 
     for var in ("MASCOT_STACK_DB_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_AUTH_ADMIN_PASSWORD"):
         monkeypatch.setenv(var, "x")

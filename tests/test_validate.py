@@ -2,7 +2,7 @@ import copy
 
 import pytest
 
-from mascot.annotate.rubric import DIMENSIONS
+from mascot.annotate.rubric import PERSONA
 from mascot.validate.gate import summary, validate_data
 from tests.stand_in import server  # noqa: F401  (fixture)
 
@@ -13,7 +13,7 @@ def dataset():
         cid = f"q1|The Anchor|{i}"
         cands.append({"candidate_id": cid, "query_id": "q1", "persona": "The Anchor", "text": f"reply {i}"})
         scores.append({"candidate_id": cid, "query_id": "q1", "persona": "The Anchor", "status": "scored",
-                       "scores": {d: dims for d in DIMENSIONS}, "total_reward": dims, "unscored_reason": None})
+                       "scores": {d: dims for d in PERSONA.dimensions}, "total_reward": dims, "unscored_reason": None})
     cands.append({"candidate_id": "q1|The Anchor|3", "query_id": "q1", "persona": "The Anchor", "text": ""})
     scores.append({"candidate_id": "q1|The Anchor|3", "query_id": "q1", "persona": "The Anchor",
                    "status": "unscored", "scores": None, "total_reward": None, "unscored_reason": "empty reply"})
@@ -98,7 +98,7 @@ def test_gate_stops_a_judge_that_gives_constant_scores():
     for s in scores:
         if s["status"] == "scored":
             s["total_reward"] = 3.0
-            s["scores"] = {d: 3.0 for d in DIMENSIONS}
+            s["scores"] = {d: 3.0 for d in PERSONA.dimensions}
     results, _ = validate_data(cands, scores, [], margin=0.5, min_pairs=0,
                                judge_check=judge(0.9, 0.8, 0.9, 0.8), judge_limits=judge_limits())
     failed = failures(results)
@@ -110,7 +110,7 @@ def test_gate_stops_empty_json_reasons():
     cands, scores, pairs = dataset()
     for s in scores:
         if s["status"] == "scored":
-            s["reasons"] = {d: "" for d in DIMENSIONS}
+            s["reasons"] = {d: "" for d in PERSONA.dimensions}
     results, _ = validate_data(cands, scores, pairs, margin=0.5, min_pairs=1,
                                judge_check=judge(0.9, 0.8, 0.9, 0.8), judge_limits=judge_limits())
     assert "empty_reason_fraction = 1.0" in summary(results)
@@ -126,7 +126,7 @@ def test_a_json_judge_that_answers_1_with_empty_reasons_is_flagged_and_stopped(s
     from mascot.llm.openai_backend import OpenAIBackend
     from tests.stand_in import StandIn
 
-    StandIn.json_reply = json.dumps({d: {"reason": "", "score": 1} for d in DIMENSIONS})
+    StandIn.json_reply = json.dumps({d: {"reason": "", "score": 1} for d in PERSONA.dimensions})
     ctx = [{"role": "user", "content": "I lost my job."}]
     queries = {f"q{k}": {"query_id": f"q{k}", "context": ctx} for k in range(3)}
     cands = [{"candidate_id": f"q{k}|The Anchor|{i}", "query_id": f"q{k}", "persona": "The Anchor",
@@ -275,3 +275,26 @@ def test_a_split_too_small_for_later_stages_stops_the_gate_with_what_to_change(f
     assert set(failures(results)) == {("splits", figure, "expect_column_values_to_be_between")}
     text = summary(results)
     assert f"split too small: {figure} = 0.0, below 1" in text and hint in text
+
+
+def test_the_gate_core_decides_on_data_in_memory_and_warn_lets_the_judge_through():
+    """validate's core: loaded records and judge figures in, the decision out (no file read or written)."""
+    from mascot.config import load_params
+    from mascot.granularity import REPLY
+    from mascot.validate.stage import gate
+
+    params = load_params("params.yaml")
+    v = params.validate_.model_copy(update={"min_pairs": 1, "min_train_pairs": 1, "min_eval_pairs": 0,
+                                            "min_heldout_queries": 0, "min_human_agreement": None,
+                                            "judge_gate": "fail"})
+    params = params.model_copy(update={"validate_": v, "pairs": params.pairs.model_copy(update={"score_margin": 0.5})})
+    counts = {"heldout_queries": 1, "heldout_conversations": 1, "trainable_queries": 1, "trainable_conversations": 1}
+    good = judge(0.9, 0.8, 0.9, 0.8)
+    *_, warning, ok = gate(params, REPLY, *dataset(), good, counts)
+    assert ok and warning is None
+    weak = judge(0.55, 0.4, 0.9, 0.8)
+    _, _, failed, warning, ok = gate(params, REPLY, *dataset(), weak, counts)
+    assert not ok and [r["column"] for r in failed] == ["ref_gt_off_topic"]
+    warned = params.model_copy(update={"validate_": v.model_copy(update={"judge_gate": "warn"})})
+    _, _, failed, warning, ok = gate(warned, REPLY, *dataset(), weak, counts)
+    assert ok and "cannot be told from chance: human reply > off-topic 0.55" in warning

@@ -15,11 +15,12 @@ from tests.conftest import free_port
 import yaml
 
 from mascot.annotate.generate import generate_candidates
-from mascot.annotate.rubric import DIMENSIONS
+from mascot.annotate.rubric import PERSONA
 from mascot.annotate.score import score_candidates
 from mascot.config import GenerateParams, LLMEndpoint, ScoreParams
 from mascot.llm.openai_backend import OpenAIBackend
-from mascot.llm.serve import ServeConfig, VLLMServer, _group_alive
+from mascot.llm.serve import ServeConfig, VLLMServer
+from mascot.processes import group_pids
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ def vllm(tiny_model_dir, tmp_path_factory):
     yield server
     pgid = server.proc.pid
     server.stop()
-    assert not _group_alive(pgid), "vLLM left processes behind"
+    assert not group_pids(pgid), "vLLM left processes behind"
 
 
 def endpoint(server, **kw):
@@ -86,7 +87,7 @@ def test_score_through_vllm(vllm, demo_queries, personas, mode, style):
     unscored = [(s["unscored_reason"], s.get("raw_replies")) for s in scores if s["status"] != "scored"]
     assert not unscored, unscored
     for s in scores:
-        assert all(1 <= s["scores"][d] <= 5 for d in DIMENSIONS)
+        assert all(1 <= s["scores"][d] <= 5 for d in PERSONA.dimensions)
 
 
 def test_guided_json_is_ignored_by_this_server(vllm):

@@ -81,14 +81,15 @@ def run_stage(params, rows, reward, watch, tmp_path):
     import mlflow
 
     from mascot import registry
-    from mascot.policy.grpo import run_policy_stage
+    from mascot.policy.engine import PolicyStage, run_policy_stage
 
     registry.setup_tracking(params)
     mlflow.set_tracking_uri(params.mlflow.tracking_uri)
     tags = {**registry.git_state(), "reward_model": "length", "reward_model_version": "0"}
-    return run_policy_stage(params, "grpo", params.grpo, "watch-test", rows, [reward], [1.0], tags,
-                            "a speaker trained on a reward that pays for length", str(tmp_path / "policy"),
-                            str(tmp_path / "metrics.json"), {}, watch=watch, watch_plot=str(tmp_path / "watch.csv"))
+    stage = PolicyStage("grpo", params.grpo, "watch-test", "a speaker trained on a reward that pays for length",
+                        [reward], [1.0], tags, str(tmp_path / "policy"), str(tmp_path / "metrics.json"), {},
+                        watch=watch, watch_plot=str(tmp_path / "watch.csv"))
+    return run_policy_stage(params, stage, rows)
 
 
 def test_a_length_paying_reward_is_caught_and_left_without_champion(tiny_model_dir, tmp_path, repo_root, monkeypatch,

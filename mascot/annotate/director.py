@@ -6,8 +6,9 @@ A directive is three lines, as in the method: `Agent: <speaker name>` / `Action:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+import hashlib
+import re
 
 from mascot import transcript
 from mascot.data.personas import Persona
@@ -121,8 +122,6 @@ def example_directive(personas: dict[str, Persona], conversation: str) -> str:
     """A worked example keeps a small model in the three-line form, but it also pulls the choice towards the
     agent it names: the example's agent rotates with the conversation (a hash), so no speaker is favoured
     across prefixes."""
-    import hashlib
-
     names = list(personas)
     p = personas[names[int(hashlib.sha1(conversation.encode()).hexdigest(), 16) % len(names)]]
     return f"Agent: {p.name}\nAction: {p.description.split(';')[0].rstrip('.')}.\nTone: {p.tone.capitalize()}"

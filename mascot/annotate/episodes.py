@@ -11,26 +11,29 @@ in `generate`, so a run resumed after a crash writes exactly what a clean run wo
 """
 from __future__ import annotations
 
-import hashlib
-import random
+from collections import Counter
 from dataclasses import dataclass, field
+import hashlib
 from pathlib import Path
+import random
+from statistics import fmean
 
 from mascot.annotate.director import (GENERIC_ACTION, GENERIC_TONE, DirectiveError, clean_turn, director_prompt,
                                       directive_pattern, directive_text, parse_directive, speaker_prompt_under,
                                       user_prompt)
+import mascot.annotate.director as director_module
 from mascot.annotate.generate import request_seed
-from mascot.data.personas import Persona
+from mascot.data.personas import Persona, load_personas
+from mascot.io import load_jsonl, write_json, write_jsonl
 from mascot.llm.backend import Completion, SampleRequest
+from mascot.llm.factory import make_backend
 from mascot.resume import Journal, fingerprint, run_journaled
+from mascot.splits import is_held_out
 
 
 def _code_hash() -> str:
     """The rollout's prompts and parser are code: a journaled branch made by other code is not reused."""
-    import mascot.annotate.director as director_module
-
     return hashlib.sha256(Path(director_module.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()[:12]
-
 
 
 @dataclass
@@ -100,8 +103,6 @@ def reason_kind(reason: str) -> str:
 
 def parse_rate(raws: list[str], names: list[str]) -> dict:
     """How many raw directives parse, and why the others do not."""
-    from collections import Counter
-
     reasons = Counter()
     for raw in raws:
         try:
@@ -207,8 +208,6 @@ def episode_record(b: Branch, source: str | None, models: dict, sampling: dict) 
 def episode_queries(queries: list[dict], max_queries: int | None, seed: int, heldout=None) -> list[dict]:
     """The queries that get episodes: those not held out (mascot/splits.py), in a seeded order (sources mixed),
     the first `max_queries`."""
-    from mascot.splits import is_held_out
-
     queries = [q for q in queries if heldout is None or not is_held_out(q, heldout)]
     ranked = sorted(queries, key=lambda q: hashlib.sha256(f"{seed}:{q['query_id']}".encode()).hexdigest())
     return ranked[:max_queries] if max_queries else ranked
@@ -251,9 +250,6 @@ def generate_episodes(queries: list[dict], personas: dict[str, Persona], params,
 
 
 def episode_metrics(episodes: list[dict]) -> dict:
-    from collections import Counter
-    from statistics import fmean
-
     valid = [e for e in episodes if e["valid"]]
     agent = [t for e in episodes for t in e["turns"] if t["role"] == "agent"]
     directives = len(agent) + sum(not e["valid"] for e in episodes)
@@ -274,10 +270,6 @@ def episode_metrics(episodes: list[dict]) -> dict:
 
 def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/group/episodes.jsonl",
          metrics: str = "metrics/episodes.json") -> None:
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.llm.factory import make_backend
-
     p = params.episodes
     queries = episode_queries(load_jsonl(queries_path), p.max_queries, p.seed, params.heldout)
     personas = load_personas(params.prepare.personas_file)

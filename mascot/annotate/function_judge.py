@@ -16,15 +16,16 @@ replaying journaled records.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 import hashlib
 import importlib
 import inspect
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from mascot.llm.backend import BackendStats, LLMBackend
+from mascot.llm.factory import make_backend
 
 
 class JudgeFunctionError(ValueError):
@@ -107,8 +108,6 @@ class FunctionJudge:
 def make_judge(params):
     """The judge `score.scorer` names: the LLM judge backend, or a FunctionJudge (with the LLM judge inside it
     where the function owns only some dimensions)."""
-    from mascot.llm.factory import make_backend
-
     scorer = params.score.scorer
     if scorer.kind == "llm":
         return make_backend(params.llm.judge, "llm.judge")

@@ -1,13 +1,18 @@
 """The `generate` stage: persona prompts -> N candidate replies per query and persona."""
 from __future__ import annotations
 
+from collections import Counter
 import hashlib
+from statistics import fmean
 
 from mascot import transcript
 from mascot.config import GenerateParams
-from mascot.data.personas import Persona, resolve_persona
+from mascot.data.personas import Persona, load_personas, resolve_persona
+from mascot.io import load_jsonl, write_json, write_jsonl
 from mascot.llm.backend import LLMBackend, Prompt, SampleRequest
+from mascot.llm.factory import make_backend
 from mascot.resume import Journal, fingerprint, run_journaled
+from mascot.splits import is_held_out
 
 
 def speaker_prompt(persona: Persona, context: list[dict], style: str) -> tuple[Prompt, tuple[str, ...]]:
@@ -70,7 +75,6 @@ def generation_queries(queries: list[dict], generate, heldout) -> tuple[list[dic
     those whose conversation is not held out (no stage pairs a held-out query; judging its candidates is waste)."""
     if not generate.skip_heldout:
         return queries, 0
-    from mascot.splits import is_held_out
 
     kept = [q for q in queries if not is_held_out(q, heldout)]
     return kept, len(queries) - len(kept)
@@ -78,13 +82,6 @@ def generation_queries(queries: list[dict], generate, heldout) -> tuple[list[dic
 
 def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/candidates.jsonl",
          metrics: str = "metrics/generate.json") -> None:
-    from collections import Counter
-    from statistics import fmean
-
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.llm.factory import make_backend
-
     queries, skipped = generation_queries(load_jsonl(queries_path), params.generate, params.heldout)
     personas = load_personas(params.prepare.personas_file)
     for i, q in enumerate(queries, start=1):  # before any model loads: bad input fails fast

@@ -18,17 +18,21 @@ seekers' survey of whole conversations (`survey_score`: empathy, relevance) wher
 """
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import fmean
 
-from mascot.annotate.score import score_units
+from mascot.annotate.function_judge import make_judge
+from mascot.annotate.score import resolve_prompt_style, score_units
 from mascot.config import ScoreParams
 from mascot.data import human_ratings
-from mascot.granularity import REPLY, Granularity
-from mascot.io import InputError
-from mascot import stats
-from mascot.stats import (TOO_FEW, cluster_spearman_with_ci, correlation_matrix, first_component_share, mean_with_ci,
-                          pairwise_wins, spearman)
-
+from mascot.data.personas import load_personas
+from mascot.data.prepare import load_source, token_counter
+from mascot.granularity import GRANULARITIES, REPLY, Granularity
+from mascot.io import BadRows, InputError, load_jsonl, write_json, write_jsonl
+from mascot.resume import Journal
+from mascot.splits import is_held_out
+from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_spearman_with_ci, correlation_matrix, first_component_share,
+                          mean_with_ci, pairwise_wins, spearman)
 
 
 def _by_item(candidates: list[dict], scores: list[dict]) -> dict[str, dict[str, dict]]:
@@ -38,7 +42,8 @@ def _by_item(candidates: list[dict], scores: list[dict]) -> dict[str, dict[str, 
     return out
 
 
-def analyse(candidates: list[dict], scores: list[dict], mode: str, g: Granularity = REPLY, dimensions=None) -> dict:
+def analyse(candidates: list[dict], scores: list[dict], mode: str, g: Granularity = REPLY, dimensions=None,
+            min_n: int = DEFAULT_MIN_N) -> dict:
     """All figures of one (prompt format, mode) run over the reference set (`candidates`: its variants)."""
     dimensions = list(dimensions or g.rubric().dimensions)
     items = _by_item(candidates, scores)
@@ -48,7 +53,7 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str, g: Granularit
         both = [r for r in items.values() if r.get(better, {}).get("status") == "scored"
                 and r.get(worse, {}).get("status") == "scored" and r[better]["kind"] == kind]
         wins = pairwise_wins([r[better]["total_reward"] for r in both], [r[worse]["total_reward"] for r in both])
-        out[name] = mean_with_ci(wins, null=0.5)
+        out[name] = mean_with_ci(wins, null=0.5, min_n=min_n)
         out[name]["ties"] = sum(w == 0.5 for w in wins)
         out[name]["by_dimension"] = {
             d: round(fmean(pairwise_wins([r[better]["scores"][d] for r in both],
@@ -56,7 +61,8 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str, g: Granularit
             for d in dimensions}
         out[name]["by_dimension_ci"] = {
             d: mean_with_ci(pairwise_wins([r[better]["scores"][d] for r in both],
-                                          [r[worse]["scores"][d] for r in both]), null=0.5) for d in dimensions}
+                                          [r[worse]["scores"][d] for r in both]), null=0.5, min_n=min_n)
+            for d in dimensions}
     dims = {d: [s["scores"][d] for _, s in scored] for d in dimensions}
     matrix = correlation_matrix(dims)
     off = [matrix[a][b] for i, a in enumerate(dimensions) for b in dimensions[i + 1:] if matrix[a][b] is not None]
@@ -77,7 +83,7 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str, g: Granularit
     probe = [r for r in items.values() if r.get("reference", {}).get("status") == "scored"
              and r.get("reference_padded", {}).get("status") == "scored"]
     deltas = [r["reference_padded"]["total_reward"] - r["reference"]["total_reward"] for r in probe]
-    out["length_probe"] = {**mean_with_ci(deltas), "up_fraction": round(fmean(d > 0 for d in deltas), 4) if deltas else None}
+    out["length_probe"] = {**mean_with_ci(deltas, min_n=min_n), "up_fraction": round(fmean(d > 0 for d in deltas), 4) if deltas else None}
     by_type: dict[str, list[float]] = {}
     for c, s in scored:
         by_type.setdefault(c["reply_type"], []).append(s["total_reward"])
@@ -85,7 +91,8 @@ def analyse(candidates: list[dict], scores: list[dict], mode: str, g: Granularit
     return out
 
 
-def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict], g: Granularity = REPLY) -> dict:
+def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict], g: Granularity = REPLY,
+                   min_n: int = DEFAULT_MIN_N) -> dict:
     """How far two judge modes agree on the same items: rank correlation of totals, and how often they
     make the same call on the reference against each worse variant."""
     both = [(x["total_reward"], y["total_reward"]) for x, y in zip(a, b)
@@ -99,7 +106,7 @@ def mode_agreement(candidates: list[dict], a: list[dict], b: list[dict], g: Gran
                 same.append(float((pa["reference"]["total_reward"] > pa[worse]["total_reward"])
                                   == (pb["reference"]["total_reward"] > pb[worse]["total_reward"])))
     return {"total_spearman": spearman([x for x, _ in both], [y for _, y in both]),
-            "same_call": mean_with_ci(same, null=None)}
+            "same_call": mean_with_ci(same, null=None, min_n=min_n)}
 
 
 def human_pair_accuracy(fig: dict) -> float | None:
@@ -120,7 +127,7 @@ def choose_style(by_style: dict[str, dict], g: Granularity = REPLY) -> str:
     return max(by_style, key=lambda s: merit(by_style[s]))
 
 
-def survey_agreement(items: list[dict], variants: list[dict], scores: list[dict]) -> dict:
+def survey_agreement(items: list[dict], variants: list[dict], scores: list[dict], min_n: int = DEFAULT_MIN_N) -> dict:
     """Stage 2 against people: Spearman of the judge's total for each item's human block and the seekers' survey
     of that conversation (empathy, relevance), with intervals over conversations (one block per conversation)."""
     survey = {i["item_id"]: (i.get("survey") or {}, i.get("conversation_id", i["item_id"])) for i in items}
@@ -130,13 +137,13 @@ def survey_agreement(items: list[dict], variants: list[dict], scores: list[dict]
     for key in ("empathy", "relevance"):
         have = [((sv, conv), total) for (sv, conv), total in refs if sv.get(key) is not None]
         out[key] = cluster_spearman_with_ci([t for _, t in have], [sv[key] for (sv, _), _ in have],
-                                            [conv for (_, conv), _ in have])
+                                            [conv for (_, conv), _ in have], min_n=min_n)
     return out
 
 
 def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams, backend, styles: list[str],
                     modes: list[str], journal_for=None, g: Granularity = REPLY, rubric=None,
-                    human_items: list[dict] | None = None, min_gap: int = 2
+                    human_items: list[dict] | None = None, min_gap: int = 2, min_n: int = DEFAULT_MIN_N
                     ) -> tuple[dict, dict[tuple[str, str], list[dict]], list[dict]]:
     """Score the reference items in every (format, mode) on `rubric` (default: the granularity's shipped one);
     `journal_for(style, mode, part)` gives each run its journal (part: "reference" or "human"). `human_items`
@@ -154,17 +161,18 @@ def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams
             params = score_params.model_copy(update={"mode": mode})
             journal = journal_for(style, mode, "reference") if journal_for else None
             raw[(style, mode)] = score_units(units, rubric, params, backend, journal, prompt_style=style)
-            per_mode[mode] = analyse(candidates, raw[(style, mode)], mode, g, rubric.dimensions)
+            per_mode[mode] = analyse(candidates, raw[(style, mode)], mode, g, rubric.dimensions, min_n)
             if g.survey_ratings:
-                per_mode[mode]["survey"] = survey_agreement(items, candidates, raw[(style, mode)])
+                per_mode[mode]["survey"] = survey_agreement(items, candidates, raw[(style, mode)], min_n)
             if human_items:
                 journal = journal_for(style, mode, "human") if journal_for else None
                 records = score_units(human_units, rubric, params, backend, journal, prompt_style=style)
                 report["human_scores"][f"{style}/{mode}"] = records
                 total, dims = human_ratings.scores_by_item(human_items, records, rubric.dimensions)
-                per_mode[mode]["human"] = human_ratings.agreement(human_items, total, min_gap, dims)
+                per_mode[mode]["human"] = human_ratings.agreement(human_items, total, min_gap, dims, min_n)
         if len(modes) == 2:
-            per_mode["mode_agreement"] = mode_agreement(candidates, raw[(style, modes[0])], raw[(style, modes[1])], g)
+            per_mode["mode_agreement"] = mode_agreement(candidates, raw[(style, modes[0])], raw[(style, modes[1])], g,
+                                                        min_n)
         report["by_prompt_style"][style] = per_mode
     return report, raw, candidates
 
@@ -244,11 +252,6 @@ HUMAN_SCORES = "data/judge_check/human_scores.jsonl"
 def load_human_items(params, path: str = HUMAN_ITEMS) -> list[dict]:
     """The human set's items judge_check scores: at most human.judge_items, whole conversations with a pair,
     held-out conversations first (a reward model is measured on those too, beside the judge)."""
-    from pathlib import Path
-
-    from mascot.io import load_jsonl
-    from mascot.splits import is_held_out
-
     if not Path(path).exists():
         return []
     items = load_jsonl(path)
@@ -256,63 +259,29 @@ def load_human_items(params, path: str = HUMAN_ITEMS) -> list[dict]:
     return human_ratings.select_items(items, params.human.min_gap, params.human.judge_items, held)
 
 
-def main(params, granularity: str = "reply") -> None:
-    """Build the granularity's reference set from the corpus, score it on the rubric its params block names,
-    and write the figures (metrics, report, plot, MLflow run in the judge experiment)."""
-    from pathlib import Path
-
-    import mlflow
-
-    from mascot import registry
-    from mascot.annotate.function_judge import make_judge
-    from mascot.data.personas import load_personas
-    from mascot.data.prepare import load_source, token_counter
-    from mascot.granularity import GRANULARITIES
-    from mascot.io import BadRows, load_jsonl, write_json, write_jsonl
-    from mascot.resume import Journal
-
-    g = GRANULARITIES[granularity]
-    stage = Path(g.judge_check_metrics).stem  # judge_check | judge_check_group
-    block, p, rubric = getattr(params, stage), params.prepare, g.rubric(params)
-    items_path, scores_path = f"data/{stage}/reference.jsonl", f"data/{stage}/scores.jsonl"
-    report_path, plot_path = f"reports/{stage}.json", f"plots/{stage}/score_distribution.png"
-    personas = load_personas(p.personas_file)
-    bad = BadRows(skip=p.skip_bad_rows)
-    dialogues = [d for spec in p.sources for d in load_source(spec, bad)]
-    used = {q["dialogue_id"] for q in load_jsonl("data/queries.jsonl")} if Path("data/queries.jsonl").exists() else set()
-    items = g.reference_set(dialogues, personas, p.max_context_tokens, token_counter(p.tokenizer), block, used)
-    if not items:
-        raise InputError(f"{stage}: the corpus gave no reference items (no user turn followed by enough supporter "
-                         "turns, no QMSum answers); add a dialogue source")
-    write_jsonl(items_path, items)
+def judge_formats(params, block) -> tuple[list[str], list[str]]:
+    """(prompt formats, judge modes) the check runs: judge_check measures the formats `auto` chooses between;
+    a function judge reads no prompt, so one format and mode say all there is."""
     modes = list(getattr(block, "modes", None) or [params.score.mode])
     if params.score.prompt_style != "auto":
         styles = [params.score.prompt_style]
     elif getattr(block, "prompt_styles", None):  # judge_check measures the formats; the other stages take its choice
         styles = list(block.prompt_styles)
     else:
-        from mascot.annotate.score import resolve_prompt_style
-
         styles = [resolve_prompt_style(params.score)]
     if params.score.scorer.kind == "function" and not params.score.scorer.dimensions:
-        styles, modes = styles[:1], modes[:1]  # a function judge reads no prompt: one format and mode say it all
-    human_items = load_human_items(params) if g.human_ratings else None
-    backend = make_judge(params)
-    journals = {}  # one per (format, mode, part): a journal keeps only its own run's records
+        styles, modes = styles[:1], modes[:1]
+    return styles, modes
 
-    def journal_for(style, mode, part):
-        name = f"{stage}-{style}-{mode}" + ("" if part == "reference" else f"-{part}")
-        return journals.setdefault(name, Journal(name))
-    try:
-        report, raw, candidates = run_judge_check(items, personas, params.score, backend, styles, modes, journal_for,
-                                                  g, rubric, human_items, params.human.min_gap)
-    finally:
-        for j in journals.values():
-            j.close()
-        backend.close()
+
+def summarise(report: dict, raw: dict, candidates: list[dict], items: list[dict], styles: list[str],
+              modes: list[str], g: Granularity, rubric, judge_model: str, human_items: list[dict] | None
+              ) -> tuple[dict, str, list[dict], list[dict]]:
+    """The check's figures from its scores: (metrics, the chosen format, the score rows of every run, the human
+    items' score rows marked with the chosen run). Takes the report's "human_scores" out of it."""
     chosen = choose_style({s: report["by_prompt_style"][s][modes[0]] for s in styles}, g)
     main_fig = report["by_prompt_style"][chosen][modes[0]]
-    metrics = {"judge_model": backend.model_name, "rubric": rubric.name, "mode": modes[0], "chosen_prompt_style": chosen,
+    metrics = {"judge_model": judge_model, "rubric": rubric.name, "mode": modes[0], "chosen_prompt_style": chosen,
                "items_dialogue": sum(i["kind"] == "dialogue" for i in items),
                "items_qa": sum(i["kind"] == "qa" for i in items), **headline(main_fig, g),
                "by_prompt_style": {f"{s}/{m}": headline(report["by_prompt_style"][s][m], g) for s in styles for m in modes}}
@@ -323,54 +292,115 @@ def main(params, granularity: str = "reply") -> None:
         metrics.update(mode_agreement_spearman=agreement["total_spearman"],
                        mode_agreement_same_call=agreement["same_call"]["mean"])
     report.update(metrics={k: v for k, v in metrics.items() if k != "by_prompt_style"})
-    write_jsonl(scores_path, [{**s, "reply_type": c["reply_type"], "prompt_style": style, "mode": mode}
-                              for (style, mode), scores in raw.items() for c, s in zip(candidates, scores)])
-    human_scores = report.pop("human_scores")
-    if g.human_ratings:  # train_rm measures its reward model beside the judge on the same human pairs
-        write_jsonl(HUMAN_SCORES, [{**r, "prompt_style": key.split("/")[0], "mode": key.split("/")[1],
-                                    "chosen": key == f"{chosen}/{modes[0]}"}
-                                   for key, records in human_scores.items() for r in records])
-    write_json(report_path, report)
-    write_json(g.judge_check_metrics, metrics)
-    Path(plot_path).parent.mkdir(parents=True, exist_ok=True)
-    plot_distributions(candidates, raw, plot_path)
+    score_rows = [{**s, "reply_type": c["reply_type"], "prompt_style": style, "mode": mode}
+                  for (style, mode), scores in raw.items() for c, s in zip(candidates, scores)]
+    human_rows = [{**r, "prompt_style": key.split("/")[0], "mode": key.split("/")[1],
+                   "chosen": key == f"{chosen}/{modes[0]}"}
+                  for key, records in report.pop("human_scores").items() for r in records]
+    return metrics, chosen, score_rows, human_rows
+
+
+def describe_check(stage: str, metrics: dict, report: dict, items: list[dict], styles: list[str], modes: list[str],
+                   g: Granularity, rubric, human_items: list[dict] | None, min_n: int) -> list[str]:
+    """What the check found, in words: against people (or the survey), then the gated figures of each run."""
+    lines = []
+    if human_items:
+        lines.append(f"{stage}: against people ({len(human_items)} rated supporter turns; format chosen by it): "
+                     + "; ".join(f"{s}/{m}: " + human_ratings.describe_agreement(report["by_prompt_style"][s][m]["human"],
+                                                                           min_n)
+                                 for s in styles for m in modes))
+    elif g.survey_ratings:
+        lines.append(f"{stage}: against the seekers' survey of each conversation: " + "; ".join(
+            f"{run_key}: " + ", ".join(
+                f"{key} Spearman {f.get(f'survey_{key}_spearman')} [{f.get(f'survey_{key}_spearman_ci_low')}, "
+                f"{f.get(f'survey_{key}_spearman_ci_high')}] (n {f.get(f'survey_{key}_n')}"
+                + (f"; {TOO_FEW}" if (f.get(f"survey_{key}_n") or 0) < min_n else "") + ")"
+                for key in ("empathy", "relevance"))
+            for run_key, f in metrics["by_prompt_style"].items()))
+    elif g.human_ratings:
+        lines.append(f"{stage}: no human reference set ({HUMAN_ITEMS} is missing or empty): the judge is measured "
+                     "against no people")
+    lines.append(f"{stage}: {len(items)} items on the {rubric.name} rubric; prompt format {metrics['chosen_prompt_style']}; "
+                 + "; ".join(f"{run_key}: " + ", ".join(f"{g.judge_figure_words.get(name, name)} {f[name]} "
+                                                       f"[{f[name + '_ci_low']}, {f[name + '_ci_high']}] (n {f[name + '_n']})"
+                                                       for name in g.gated)
+                             for run_key, f in metrics["by_prompt_style"].items()))
+    return lines
+
+
+def log_check(params, stage: str, metrics: dict, styles: list[str], modes: list[str], g: Granularity,
+              files: dict[str, str]) -> None:
+    """The check as an MLflow run of the judge experiment: its reference set as a dataset, its figures per run,
+    the report and the plot."""
+    import mlflow
+
+    from mascot import registry
 
     registry.setup_tracking(params)
     exp = registry.experiment_id(params.mlflow.judge_experiment, params.mlflow.artifact_root)
-    with mlflow.start_run(experiment_id=exp, run_name=f"{stage.replace('_', '-')}-{Path(backend.model_name).name}-{chosen}",
+    model, chosen = metrics["judge_model"], metrics["chosen_prompt_style"]
+    with mlflow.start_run(experiment_id=exp, run_name=f"{stage.replace('_', '-')}-{Path(model).name}-{chosen}",
                           tags={**registry.git_state(), **registry.dvc_experiment_tags(),
-                                "judge_model": backend.model_name, "rubric": rubric.name,
+                                "judge_model": model, "rubric": metrics["rubric"],
                                 "granularity": g.name, "chosen_prompt_style": chosen}):
-        registry.log_input_file(items_path, "eval")
-        mlflow.log_params({"judge_model": backend.model_name, "modes": ",".join(modes), "rubric": rubric.name,
+        registry.log_input_file(files["items"], "eval")
+        mlflow.log_params({"judge_model": model, "modes": ",".join(modes), "rubric": metrics["rubric"],
                            "prompt_styles": ",".join(styles), "dialogue_items": metrics["items_dialogue"],
                            "qa_items": metrics["items_qa"], "few_shot": params.score.few_shot})
         for run_key, figs in metrics["by_prompt_style"].items():
             mlflow.log_metrics({f"{run_key.replace('/', '.')}.{k}": v for k, v in figs.items()
                                 if isinstance(v, (int, float)) and v is not None})
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and v is not None})
-        mlflow.log_artifact(report_path)
-        mlflow.log_artifact(plot_path)
-    if human_items:
-        print(f"{stage}: against people ({len(human_items)} rated supporter turns; format chosen by it): "
-              + "; ".join(f"{s}/{m}: " + human_ratings.describe_agreement(report["by_prompt_style"][s][m]["human"])
-                          for s in styles for m in modes))
-    elif g.survey_ratings:
-        print(f"{stage}: against the seekers' survey of each conversation: " + "; ".join(
-            f"{run_key}: " + ", ".join(
-                f"{key} Spearman {f.get(f'survey_{key}_spearman')} [{f.get(f'survey_{key}_spearman_ci_low')}, "
-                f"{f.get(f'survey_{key}_spearman_ci_high')}] (n {f.get(f'survey_{key}_n')}"
-                + (f"; {TOO_FEW}" if (f.get(f"survey_{key}_n") or 0) < stats.MIN_N else "") + ")"
-                for key in ("empathy", "relevance"))
-            for run_key, f in metrics["by_prompt_style"].items()))
-    elif g.human_ratings:
-        print(f"{stage}: no human reference set ({HUMAN_ITEMS} is missing or empty): the judge is measured against "
-              "no people")
-    print(f"{stage}: {len(items)} items on the {rubric.name} rubric; prompt format {chosen}; "
-          + "; ".join(f"{run_key}: " + ", ".join(f"{g.judge_figure_words.get(name, name)} {f[name]} "
-                                                f"[{f[name + '_ci_low']}, {f[name + '_ci_high']}] (n {f[name + '_n']})"
-                                                for name in g.gated)
-                      for run_key, f in metrics["by_prompt_style"].items()))
+        mlflow.log_artifact(files["report"])
+        mlflow.log_artifact(files["plot"])
+
+
+def main(params, granularity: str = "reply") -> None:
+    """Build the granularity's reference set from the corpus, score it on the rubric its params block names,
+    and write the figures (metrics, report, plot, MLflow run in the judge experiment)."""
+    g = GRANULARITIES[granularity]
+    stage = Path(g.judge_check_metrics).stem  # judge_check | judge_check_group
+    block, p, rubric = getattr(params, stage), params.prepare, g.rubric(params)
+    files = {"items": f"data/{stage}/reference.jsonl", "scores": f"data/{stage}/scores.jsonl",
+             "report": f"reports/{stage}.json", "plot": f"plots/{stage}/score_distribution.png"}
+    personas = load_personas(p.personas_file)
+    bad = BadRows(skip=p.skip_bad_rows)
+    dialogues = [d for spec in p.sources for d in load_source(spec, bad)]
+    used = {q["dialogue_id"] for q in load_jsonl("data/queries.jsonl")} if Path("data/queries.jsonl").exists() else set()
+    items = g.reference_set(dialogues, personas, p.max_context_tokens, token_counter(p.tokenizer), block, used)
+    if not items:
+        raise InputError(f"{stage}: the corpus gave no reference items (no user turn followed by enough supporter "
+                         "turns, no QMSum answers); add a dialogue source")
+    write_jsonl(files["items"], items)
+    styles, modes = judge_formats(params, block)
+    human_items = load_human_items(params) if g.human_ratings else None
+    backend = make_judge(params)
+    journals = {}  # one per (format, mode, part): a journal keeps only its own run's records
+
+    def journal_for(style, mode, part):
+        name = f"{stage}-{style}-{mode}" + ("" if part == "reference" else f"-{part}")
+        return journals.setdefault(name, Journal(name))
+    try:
+        report, raw, candidates = run_judge_check(items, personas, params.score, backend, styles, modes, journal_for,
+                                                  g, rubric, human_items, params.human.min_gap,
+                                                  params.stats.min_n)
+    finally:
+        for j in journals.values():
+            j.close()
+        backend.close()
+    metrics, chosen, score_rows, human_rows = summarise(report, raw, candidates, items, styles, modes, g, rubric,
+                                                        backend.model_name, human_items)
+    write_jsonl(files["scores"], score_rows)
+    if g.human_ratings:  # train_rm measures its reward model beside the judge on the same human pairs
+        write_jsonl(HUMAN_SCORES, human_rows)
+    write_json(files["report"], report)
+    write_json(g.judge_check_metrics, metrics)
+    Path(files["plot"]).parent.mkdir(parents=True, exist_ok=True)
+    plot_distributions(candidates, raw, files["plot"])
+    log_check(params, stage, metrics, styles, modes, g, files)
+    for line in describe_check(stage, metrics, report, items, styles, modes, g, rubric, human_items,
+                               params.stats.min_n):
+        print(line)
 
 
 def main_group(params) -> None:

@@ -20,7 +20,6 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mascot.data.personas import Persona
 from mascot.io import read_yaml
 from mascot.llm.backend import Prompt
 
@@ -199,34 +198,6 @@ RUBRICS_DIR = PROJECT / "data" / "rubrics"
 PERSONA = load_rubric(RUBRICS_DIR / "persona.yaml")
 COLLECTIVE = load_rubric(RUBRICS_DIR / "collective.yaml")
 RUBRICS = {r.name: r for r in (PERSONA, COLLECTIVE)}
-
-# ---- stage 1's names, kept for the modules and tests that use them -------------------------------------------
-DIMENSIONS = PERSONA.dimensions
-RUBRIC_HEADER = PERSONA.header
-JSON_SCHEMA = PERSONA.json_schema
-JSON_INSTRUCTION = PERSONA.json_instruction
-parse_json_scores = PERSONA.parse_json
-total_reward = PERSONA.total
-
-
-def reply_item(persona, context, reply):
-    from mascot.granularity import REPLY
-
-    return REPLY.judge_item(persona, context, reply)
-
-
-def judge_prefix(persona: Persona, context: list[dict], reply: str, few_shot: bool) -> str:
-    return PERSONA.prefix(reply_item(persona, context, reply), few_shot)
-
-
-def expected_prompts(persona: Persona, context: list[dict], reply: str, few_shot: bool,
-                     style: str = "plain") -> dict[str, Prompt]:
-    return PERSONA.expected_prompts(reply_item(persona, context, reply), few_shot, style)
-
-
-def json_prompt(persona: Persona, context: list[dict], reply: str, few_shot: bool, style: str = "plain") -> Prompt:
-    return PERSONA.json_prompt(reply_item(persona, context, reply), few_shot, style)
-
 
 def expected_score(probs: dict[str, float]) -> float:
     return sum(int(c) * p for c, p in probs.items())

@@ -6,13 +6,18 @@ JSON schema. A candidate the judge could not score is recorded as unscored, with
 ever invented.
 """
 from __future__ import annotations
+import json
+from pathlib import Path
+from statistics import fmean, pstdev
 
+from mascot.annotate.director import example_episodes
+from mascot.annotate.function_judge import FunctionJudge, make_judge
 from mascot.annotate.rubric import (MIN_REASON_CHARS, PERSONA, SCORE_CHOICES, JudgeParseError, Rubric,
                                     expected_score, load_rubric)
-from mascot.annotate.function_judge import FunctionJudge
 from mascot.config import ScoreParams
-from mascot.data.personas import Persona
+from mascot.data.personas import Persona, load_personas
 from mascot.granularity import BLOCK, REPLY, Granularity
+from mascot.io import load_jsonl, write_json, write_jsonl
 from mascot.llm.backend import LLMBackend
 from mascot.resume import Journal, fingerprint, run_journaled
 
@@ -185,8 +190,6 @@ def score_metrics(scores: list[dict], rubric: Rubric = PERSONA, group_fields: tu
     """Counts, mean and spread per dimension, and the signs of a judge that is not judging: items of one
     group (stage 1: a query and persona; stage 2: a prefix's branches) that all get the same total
     (`constant_group_fraction`), and json reasons too short to say anything (`empty_reason_fraction`)."""
-    from statistics import fmean, pstdev
-
     scored = [s for s in scores if s["status"] == "scored"]
     out = {"scored": len(scored), "unscored": len(scores) - len(scored)}
     for name in [*rubric.dimensions, "total_reward"]:
@@ -208,8 +211,6 @@ def score_metrics(scores: list[dict], rubric: Rubric = PERSONA, group_fields: tu
 def mean_total_by_source(scores: list[dict], queries: dict[str, dict]) -> dict[str, float]:
     """Mean judge total per corpus: does the companion framing of each source give the judge something to
     judge (a source scored far below the others is read as off-task)?"""
-    from statistics import fmean
-
     by: dict[str, list[float]] = {}
     for s in scores:
         if s["status"] == "scored":
@@ -221,8 +222,6 @@ def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "metric
     """`auto` takes the prompt format judge_check measured as best for this judge."""
     if params.prompt_style != "auto":
         return params.prompt_style
-    import json
-    from pathlib import Path
 
     path = Path(judge_check_metrics)
     if not path.exists():
@@ -233,9 +232,6 @@ def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "metric
 def _run(params, units: list[dict], granularity: Granularity, journal_name: str, out: str, metrics: str,
          queries: dict[str, dict]) -> dict:
     """Score the units of `granularity` on the rubric its params block names."""
-    from mascot.io import write_json, write_jsonl
-    from mascot.annotate.function_judge import make_judge
-
     backend = make_judge(params)
     journal, stats = Journal(journal_name), {}
     style = resolve_prompt_style(params.score)
@@ -255,9 +251,6 @@ def _run(params, units: list[dict], granularity: Granularity, journal_name: str,
 
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
          out: str = "data/scores.jsonl", metrics: str = "metrics/score.json") -> None:
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl
-
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     units = REPLY.judge_units(load_jsonl(candidates_path), queries, load_personas(params.prepare.personas_file))
     _run(params, units, REPLY, "score", out, metrics, queries)
@@ -266,12 +259,6 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
 def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
                out: str = "data/group/scores.jsonl", metrics: str = "metrics/score_group.json",
                examples: str = "reports/group/examples.md") -> None:
-    from pathlib import Path
-
-    from mascot.annotate.director import example_episodes
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl
-
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     episodes = load_jsonl(episodes_path)
     units = BLOCK.judge_units(episodes, queries, load_personas(params.prepare.personas_file))

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import combinations
+from pathlib import Path
 
 from mascot.data.dialogue import Dialogue
+from mascot.data.personas import load_personas
+from mascot.data.prepare import load_source, token_counter
 from mascot.data.queries import CountTokens, context_window
-from mascot import stats
-from mascot.stats import TOO_FEW, cluster_mean_with_ci, cluster_spearman_with_ci, pairwise_wins
+from mascot.io import BadRows, InputError, write_json, write_jsonl
+from mascot.stats import DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, cluster_spearman_with_ci, pairwise_wins
 
 LENGTH = "length"  # the baseline scorer: a reply's words
 
@@ -80,7 +83,7 @@ def select_items(items: list[dict], min_gap: int, limit: int | None, first: set[
     return out
 
 
-def counts(items: list[dict], min_gap: int) -> dict:
+def counts(items: list[dict], min_gap: int, min_n: int = DEFAULT_MIN_N) -> dict:
     """What the set holds, in all and by corpus: items, pairs, conversations, and the length baseline on its pairs."""
     out: dict = {"min_gap": min_gap, "by_source": {}}
     for source in sorted({i.get("corpus", i["source"]) for i in items}) + [None]:
@@ -89,9 +92,10 @@ def counts(items: list[dict], min_gap: int) -> dict:
         fig = {"items": len(mine), "conversations": len({i["conversation_id"] for i in mine}),
                "pairs": len(pairs), "pair_conversations": len({hi["conversation_id"] for hi, _ in pairs}),
                "ratings": dict(sorted(Counter(i["rating"] for i in mine).items())),
-               "length_baseline": agreement(mine, {i["item_id"]: float(i["words"]) for i in mine}, min_gap)["pairs"],
+               "length_baseline": agreement(mine, {i["item_id"]: float(i["words"]) for i in mine}, min_gap,
+                                            min_n=min_n)["pairs"],
                "length_spearman": cluster_spearman_with_ci([i["words"] for i in mine], [i["rating"] for i in mine],
-                                                          [i["conversation_id"] for i in mine])}
+                                                          [i["conversation_id"] for i in mine], min_n=min_n)}
         if source is None:
             out.update(fig)
         else:
@@ -99,15 +103,15 @@ def counts(items: list[dict], min_gap: int) -> dict:
     return out
 
 
-def _pair_figure(pairs: list[tuple[dict, dict]], score: dict[str, float]) -> dict:
+def _pair_figure(pairs: list[tuple[dict, dict]], score: dict[str, float], min_n: int) -> dict:
     wins = pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
-    fig = cluster_mean_with_ci(wins, [hi["conversation_id"] for hi, _ in pairs], null=0.5)
+    fig = cluster_mean_with_ci(wins, [hi["conversation_id"] for hi, _ in pairs], null=0.5, min_n=min_n)
     fig["ties"] = sum(w == 0.5 for w in wins)
     return fig
 
 
-def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimension: dict[str, dict] | None = None
-              ) -> dict:
+def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimension: dict[str, dict] | None = None,
+              min_n: int = DEFAULT_MIN_N) -> dict:
     """How far a scorer (`score`: item id -> score; items without one are left out) agrees with people:
     `pairs` (the preferred turn scored higher), `length_baseline` on the same pairs, `controlled` and
     `length_baseline_controlled` on the pairs where the preferred turn is not longer, `spearman` of score and
@@ -118,17 +122,17 @@ def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimen
     controlled = [(hi, lo) for hi, lo in pairs if hi["words"] <= lo["words"]]
     words = {i["item_id"]: float(i["words"]) for i in scored}
     convs = [i["conversation_id"] for i in scored]
-    out = {"items": len(scored), "pairs": _pair_figure(pairs, score),
-           "length_baseline": _pair_figure(pairs, words),
-           "controlled": _pair_figure(controlled, score),
-           "length_baseline_controlled": _pair_figure(controlled, words),
+    out = {"items": len(scored), "pairs": _pair_figure(pairs, score, min_n),
+           "length_baseline": _pair_figure(pairs, words, min_n),
+           "controlled": _pair_figure(controlled, score, min_n),
+           "length_baseline_controlled": _pair_figure(controlled, words, min_n),
            "spearman": cluster_spearman_with_ci([score[i["item_id"]] for i in scored], [i["rating"] for i in scored],
-                                               convs)}
+                                               convs, min_n=min_n)}
     if by_dimension:
         out["by_dimension"] = {
-            d: {"pairs": _pair_figure(pairs, dim_score)["mean"],
+            d: {"pairs": _pair_figure(pairs, dim_score, min_n)["mean"],
                 "spearman": cluster_spearman_with_ci([dim_score[i["item_id"]] for i in scored],
-                                                     [i["rating"] for i in scored], convs)["mean"]}
+                                                     [i["rating"] for i in scored], convs, min_n=min_n)["mean"]}
             for d, dim_score in by_dimension.items()}
     return out
 
@@ -149,10 +153,10 @@ def scores_by_item(items: list[dict], records: list[dict], dimensions) -> tuple[
     return total, dims
 
 
-def describe_agreement(fig: dict) -> str:
+def describe_agreement(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:
     """One line: the pair accuracy with its n, the length baseline, and the length-controlled figure."""
     p, base, c = fig["pairs"], fig["length_baseline"], fig["controlled"]
-    few = f" ({TOO_FEW}: n < {stats.MIN_N})" if p["too_few_to_tell"] else ""
+    few = f" ({TOO_FEW}: n < {min_n})" if p["too_few_to_tell"] else ""
     return (f"human pairs {p['mean']} [{p['ci_low']}, {p['ci_high']}]{few} on {p['n']} pairs of {p['clusters']} "
             f"conversations (longer turn wins: {base['mean']}); where the preferred turn is not longer "
             f"{c['mean']} [{c['ci_low']}, {c['ci_high']}] on {c['n']} (longer wins: {fig['length_baseline_controlled']['mean']})")
@@ -160,12 +164,6 @@ def describe_agreement(fig: dict) -> str:
 
 def main(params, out: str = "data/human/items.jsonl", metrics: str = "metrics/human_set.json") -> None:
     """The `human_set` stage: the rated supporter turns of every source in prepare.sources, with their counts."""
-    from pathlib import Path
-
-    from mascot.data.personas import load_personas
-    from mascot.data.prepare import load_source, token_counter
-    from mascot.io import BadRows, InputError, write_json, write_jsonl
-
     p, h = params.prepare, params.human
     personas = load_personas(p.personas_file)
     if h.persona not in personas:
@@ -176,7 +174,7 @@ def main(params, out: str = "data/human/items.jsonl", metrics: str = "metrics/hu
              for item in build_human_set(load_source(spec, bad), p.max_context_tokens, count, h.persona,
                                          Path(spec.path).stem if spec.path else spec.format)]
     write_jsonl(out, items)
-    figures = counts(items, h.min_gap)
+    figures = counts(items, h.min_gap, params.stats.min_n)
     write_json(metrics, figures)
     base = figures["length_baseline"]
     print(f"human_set: {figures['items']} rated supporter turns of {figures['conversations']} conversations, "

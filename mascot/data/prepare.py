@@ -1,9 +1,9 @@
 """The `prepare` stage: corpora + personas -> queries."""
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
+import sys
 
 from mascot.config import PrepareParams, SourceSpec
 from mascot.data.dialogue import Dialogue
@@ -13,7 +13,7 @@ from mascot.data.sources.empathetic import load_empathetic
 from mascot.data.sources.esconv import load_esconv, load_esconv_hub
 from mascot.data.sources.jsonl import load_jsonl_dialogues
 from mascot.data.sources.qmsum import load_qmsum
-from mascot.io import BadRows, InputError, write_json, write_jsonl
+from mascot.io import BadRows, InputError, require_model_dir, write_json, write_jsonl
 from mascot.splits import conversation_of, split_counts
 
 LOADERS = {"esconv": load_esconv, "qmsum": load_qmsum, "empathetic": load_empathetic,
@@ -29,8 +29,6 @@ def load_source(spec: SourceSpec, bad: BadRows) -> list[Dialogue]:
 
 def token_counter(tokenizer_path: str):
     from transformers import AutoTokenizer
-
-    from mascot.io import require_model_dir
 
     require_model_dir(tokenizer_path, "prepare.tokenizer")
     tok = AutoTokenizer.from_pretrained(tokenizer_path)

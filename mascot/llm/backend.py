@@ -69,8 +69,6 @@ class BackendStats:
         self.by_endpoint[endpoint] = self.by_endpoint.get(endpoint, 0) + n
 
 
-
-
 class LLMBackend(Protocol):
     model_name: str  # for people: a path or a served name
     identity: dict  # for journals: what computes (weights' digest and dtype, or what the server reports)

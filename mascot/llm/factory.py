@@ -2,6 +2,7 @@
 both backends (mascot/llm/backend.py holds only the types, so the package has no import circle)."""
 from __future__ import annotations
 
+from mascot.io import require_model_dir
 from mascot.llm.backend import LLMBackend
 
 BUILT: list[tuple[str, LLMBackend]] = []  # (params key, backend) of every backend make_backend built here
@@ -14,7 +15,6 @@ def make_backend(endpoint, key: str = "llm") -> LLMBackend:
 
         backend = OpenAIBackend(endpoint)
     else:
-        from mascot.io import require_model_dir
         from mascot.llm.local_backend import LocalBackend
 
         require_model_dir(endpoint.model, f"{key}.model")

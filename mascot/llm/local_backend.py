@@ -1,18 +1,20 @@
 """In-process transformers backend: the embedded CPU default and the tests' tiny models."""
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, replace
 import json
+from pathlib import Path
 import sys
 import weakref
-from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 
-from mascot.llm.identity import local_identity
-from mascot.precision import dtype_name
+from mascot import precision
 from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, Prompt, SampleRequest, ends_in_assistant,
                                 strip_thinking)
+from mascot.llm.identity import local_identity
+from mascot.precision import dtype_name
 
 
 @dataclass
@@ -45,16 +47,14 @@ class LocalBackend:
     def __init__(self, endpoint):
         from transformers import AutoTokenizer
 
-        from mascot.precision import compute_dtype, load_causal_lm
-
         tokenizer = AutoTokenizer.from_pretrained(endpoint.model)
-        dtype = compute_dtype(endpoint.dtype)
+        dtype = precision.compute_dtype(endpoint.dtype)
         identity = local_identity(endpoint.model, dtype_name(dtype))
         key = (str(Path(endpoint.model).resolve()), identity["weights"], dtype_name(dtype))  # new weights, new model
         model = _LOADED.get(key)
         if model is None:
             print(f"llm: {endpoint.model} in-process in {dtype_name(dtype)} (dtype: {endpoint.dtype})", file=sys.stderr)
-            model = _LOADED[key] = load_causal_lm(endpoint.model, dtype)
+            model = _LOADED[key] = precision.load_causal_lm(endpoint.model, dtype)
         self._setup(model, tokenizer, endpoint.model, endpoint.batch_size, endpoint.chat_template_kwargs)
         self.identity = identity
 
@@ -232,8 +232,6 @@ class LocalBackend:
         consecutive prompts that share more (one candidate's five dimension prompts) runs its own middle
         (persona, dialogue, reply) once, and only the short tails are batched.
         """
-        import copy
-
         ids = torch.tensor(self.choice_token_ids(choices))
         self.stats.count("in-process", len(prompts))
         prompts = [self._text(p) for p in prompts]
@@ -261,8 +259,6 @@ class LocalBackend:
         return results
 
     def _tails(self, cache, cached_len: int, tails: list[list[int]], ids, choices) -> list[ChoiceDistribution]:
-        import copy
-
         width = max(len(t) for t in tails)
         pad = self.tokenizer.pad_token_id
         # Right padding: pads sit after each row's last real token, so causal attention never sees them.

@@ -6,13 +6,17 @@ vLLM's current `structured_outputs` field (the old `guided_json` is silently ign
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import os
 import random
+import urllib.request
 
 import openai
 
 from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, SampleRequest, ServerError,
                                 ends_in_assistant, strip_thinking)
+from mascot.llm.serve import server_device
 
 # logprobs asked for with an expected-mode judge call: enough that the five digits are in the list (vLLM's default
 # --max-logprobs is 20), so the choice mass means what it means in-process (the digits' share of the distribution)
@@ -46,6 +50,12 @@ class Replicas:
         return True
 
 
+def backoff_delay(backoff_s: float, attempt: int, jitter: float) -> float:
+    """Seconds before retry `attempt` (1, 2, ...): exponential from `backoff_s`, capped at 30 s, times a jitter
+    factor in [0.5, 1.5) (`jitter` in [0, 1)) so that many clients do not retry in lockstep."""
+    return min(30.0, backoff_s * 2 ** (attempt - 1)) * (0.5 + jitter)
+
+
 class OpenAIBackend:
     def __init__(self, endpoint):
         self.model_name = endpoint.model
@@ -74,8 +84,6 @@ class OpenAIBackend:
         The build is known from `mascot serve`'s record of the servers it started here, or from a version
         string marked +cpu."""
         if self._send_seed == "auto":
-            from mascot.llm.serve import server_device
-
             url = self.replicas.urls[0]
             device = server_device(url) or ("cpu" if "cpu" in (self.server_version() or "") else None)
             self._send_seed = device != "cpu"
@@ -87,9 +95,6 @@ class OpenAIBackend:
         the name stands for (vLLM's /v1/models `root`: the weights' path or repo, which changes when another model
         is served under the same name) and its version. Asked once, of the first replica."""
         if self._identity is None:
-            import json
-            import urllib.request
-
             served = None
             try:
                 with urllib.request.urlopen(f"{self.replicas.urls[0].rstrip('/')}/models",
@@ -104,9 +109,6 @@ class OpenAIBackend:
 
     def server_version(self) -> str | None:
         """The server's self-reported version (vLLM's /version), or None where it has none."""
-        import json
-        import urllib.request
-
         root = self.replicas.urls[0].removesuffix("/v1")  # the first replica speaks for the endpoint
         try:
             with urllib.request.urlopen(f"{root}/version", timeout=min(self.timeout_s, 10)) as resp:
@@ -126,7 +128,6 @@ class OpenAIBackend:
     def _http_client(self):
         if self.on_request is None:
             return None
-        import json
 
         async def hook(request):
             self.on_request(json.loads(request.content or b"{}"))
@@ -172,8 +173,7 @@ class OpenAIBackend:
                     raise ServerError(f"{url}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
                 attempt += 1
                 self.stats.retries += 1
-                # exponential backoff with jitter, so that many clients do not retry in lockstep
-                await asyncio.sleep(min(30.0, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random()))
+                await asyncio.sleep(backoff_delay(self.backoff_s, attempt, random.random()))
             except (openai.APIError, ValueError) as exc:  # 4xx, or a body that is not what the API promises
                 raise ServerError(f"{url}: {type(exc).__name__} (not retried): {exc}") from exc
             finally:
@@ -219,8 +219,6 @@ class OpenAIBackend:
         they give the distribution over the choices exactly but a mass of 1 whatever the model thinks; the
         unconstrained call's top TOP_LOGPROBS give the mass (the choices' share of the whole distribution: exact
         when they are among the top, a lower bound otherwise, so a judge that does not answer still reads low)."""
-        import math
-
         async def top_logprobs(client, prompt, constrained: bool) -> dict[str, float]:
             self.stats.count("/v1/completions" if isinstance(prompt, str) else "/v1/chat/completions")
             extra = {"structured_outputs": {"choice": choices}} if constrained else {}

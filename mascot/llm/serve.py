@@ -6,8 +6,12 @@ virtual environment (`make vllm-env`: it pins an older transformers than the pip
 """
 from __future__ import annotations
 
+import argparse
+from dataclasses import dataclass, field
 import json
 import os
+from pathlib import Path
+import re
 import shutil
 import signal
 import subprocess
@@ -15,8 +19,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
-from pathlib import Path
+
+from mascot import processes
 
 DEFAULT_VLLM_PYTHON = ".venv-vllm/bin/python"
 # Servers this machine started, with the build they run: the client reads it to leave seeds off for the CPU
@@ -122,8 +126,6 @@ class ServerExited(RuntimeError):
 
 def log_tail(path: str, lines: int = 15, error_lines: int = 12) -> str:
     """The log's last error lines (vLLM's root cause scrolls away under shutdown noise), then its last lines."""
-    import re
-
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as exc:
@@ -172,16 +174,7 @@ class VLLMServer:
         if self.proc is None:
             return
         record_server(self.base_url, None)
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.time() + grace_s
-        while time.time() < deadline and _group_alive(self.proc.pid):
-            self.proc.poll()
-            time.sleep(0.2)
-        if _group_alive(self.proc.pid):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        processes.stop_group(self.proc.pid, grace_s, reap=self.proc.poll)
         self.proc.wait()
 
     def __enter__(self) -> "VLLMServer":
@@ -191,25 +184,7 @@ class VLLMServer:
         self.stop()
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    # zombies still count for killpg(0): check that some member is not one
-    for status in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = status.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
 def main(argv: list[str]) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="mascot serve", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=ServeConfig.model)
     p.add_argument("--revision", help="a hub model's tag or commit (pin it: the same weights every time)")

@@ -8,11 +8,23 @@ and a diversity term (a penalty for naming the previous turn's speaker again). W
 from __future__ import annotations
 
 import json
+import os
 
-from mascot.annotate.director import DirectiveError, block_messages, director_prompt, directive_text, parse_directive
-from mascot.annotate.episodes import Branch, LLMDirector, Sampling, roll_forward
+from mascot.annotate.director import (DirectiveError, block_messages, directive_text, director_prompt, parse_directive,
+                                      roster)
+from mascot.annotate.episodes import Branch, LLMDirector, Sampling, roll_forward, speaker_sampling
+from mascot.annotate.function_judge import make_judge
+from mascot.annotate.rubric import SCORE_CHOICES
+from mascot.annotate.score import resolve_prompt_style, score_units
 from mascot.config import DirectorParams
-from mascot.io import InputError
+from mascot.data.personas import load_personas
+from mascot.granularity import BLOCK
+from mascot.io import InputError, load_jsonl
+from mascot.launch import is_main_process
+from mascot.llm.factory import make_backend
+from mascot.policy.watch import JudgeMemo, Watch, greedy_answers
+from mascot.splits import held_out
+from mascot.transcript import turn_messages
 
 
 def director_states(episodes: list[dict], queries: dict[str, dict], personas: dict, params: DirectorParams) -> list[dict]:
@@ -94,14 +106,6 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
     greedy directive is rolled forward `rollout_turns` turns by the speakers (as in training), and the block is
     scored by the group reward model and by the judge on the collective rubric (a directive that does not parse
     leaves no block: the judge's floor, and no reward-model score)."""
-    from mascot.annotate.director import roster
-    from mascot.annotate.rubric import SCORE_CHOICES
-    from mascot.annotate.score import resolve_prompt_style, score_units
-    from mascot.granularity import BLOCK
-    from mascot.policy.watch import JudgeMemo, Watch, greedy_answers
-    from mascot.splits import held_out
-    from mascot.transcript import turn_messages
-
     w = p.watch
     probes = held_out(list(queries.values()), params.heldout, w.probe_queries)
     prompts = [director_prompt(personas, q["context"], [], p.prompt_style, prefill=False)[0] for q in probes]
@@ -123,21 +127,14 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
                                                      "prefix_id": b.query_id, "branch": 0},
                             team, b.context, turn_messages(b.turns), None if b.valid else "empty block") for b in branches]
         return directives, [rm_valid.get(i) for i in range(len(branches))], judged(units)
-    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
+    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience, params.stats.min_n)
 
 
 def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
          out_dir: str = "models/director", metrics_path: str = "metrics/train_director.json",
          plots_path: str = "plots/train_director/rewards.csv", watch_plot: str = "plots/train_director/watch.csv") -> None:
-    import os
-
     from mascot import registry
-    from mascot.annotate.episodes import speaker_sampling
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl
-    from mascot.annotate.function_judge import make_judge
-    from mascot.llm.factory import make_backend
-    from mascot.policy.grpo import champion_scorer, run_policy_stage
+    from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
 
     p: DirectorParams = params.train_director
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
@@ -167,17 +164,16 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     series = {plots_path: ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
                            "rewards/speaker_diversity/mean", "completions/mean_length", "reward_std",
                            "frac_reward_zero_std", "completions/clipped_ratio"]}
-    from mascot.launch import is_main_process
 
     judge = make_judge(params) if p.watch.enabled and is_main_process() else None
     try:
         watch = director_watch(params, p, queries, personas, scorer, speaker, judge, rollout) if judge else None
-        metrics, version = run_policy_stage(
-            params, "train_director", p, params.mlflow.director_experiment, rows,
-            rewards,
-            [p.reward_weight, p.format_weight, p.diversity_weight], tags,
-            "LoRA Director policy (one directive per completion) trained with GRPO", out_dir, metrics_path, series,
+        stage = PolicyStage(
+            "train_director", p, params.mlflow.director_experiment,
+            "LoRA Director policy (one directive per completion) trained with GRPO", rewards,
+            [p.reward_weight, p.format_weight, p.diversity_weight], tags, out_dir, metrics_path, series,
             format_figures, watch=watch, watch_plot=watch_plot, inputs=[(episodes_path, "train")])
+        metrics, version = run_policy_stage(params, stage, rows)
     finally:
         speaker.close()
         if judge is not None:

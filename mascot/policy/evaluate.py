@@ -9,11 +9,16 @@ import json
 from pathlib import Path
 from statistics import fmean
 
+from mascot.annotate.function_judge import make_judge
 from mascot.annotate.generate import generate_candidates
 from mascot.annotate.rubric import load_rubric
 from mascot.annotate.score import resolve_prompt_style, score_candidates
 from mascot.config import GenerateParams
+from mascot.data.personas import load_personas
 from mascot.granularity import persona_fields
+from mascot.io import load_jsonl, write_json, write_jsonl
+from mascot.splits import held_out
+from mascot.stats import DEFAULT_MIN_N, describe, mean_with_ci
 
 
 def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[dict, list[dict]]:
@@ -53,13 +58,12 @@ def _words(r) -> int:
     return len(r["text"].split())
 
 
-def paired_differences(base: list[dict], grpo: list[dict], dimensions: tuple[str, ...] = ()) -> dict:
+def paired_differences(base: list[dict], grpo: list[dict], dimensions: tuple[str, ...] = (),
+                       min_n: int = DEFAULT_MIN_N) -> dict:
     """GRPO minus base on the same queries: mean difference, paired bootstrap 95% interval, n, for the
     reward-model score, the judge total, each rubric dimension in `dimensions` and the reply length (words);
     and the judge total again on the probes where the GRPO reply is not longer than the base reply, so that
     a gain that is all length shows as such. An interval that holds 0 is no evidence of a difference."""
-    from mascot.stats import mean_with_ci
-
     b_by = {r["candidate_id"].rsplit("|", 1)[0]: r for r in base}
     pairs = [(b_by[k], r) for r in grpo if (k := r["candidate_id"].rsplit("|", 1)[0]) in b_by]
     not_longer = [(b, g) for b, g in pairs if _words(g) <= _words(b)]
@@ -71,7 +75,7 @@ def paired_differences(base: list[dict], grpo: list[dict], dimensions: tuple[str
                               ("reply_words", _words, pairs)):
         vals = [(get(b), get(g)) for b, g in subset]
         vals = [(x, y) for x, y in vals if x is not None and y is not None]
-        fig = mean_with_ci([y - x for x, y in vals])
+        fig = mean_with_ci([y - x for x, y in vals], min_n=min_n)
         out[name] = {"base": round(fmean(x for x, _ in vals), 4) if vals else None,
                      "grpo": round(fmean(y for _, y in vals), 4) if vals else None,
                      "diff": fig["mean"], **{k: v for k, v in fig.items() if k != "mean"}}
@@ -92,16 +96,12 @@ def main(params, queries_path: str = "data/queries.jsonl",
     import mlflow
 
     from mascot import registry
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.annotate.function_judge import make_judge
     from mascot.llm.local_backend import LocalBackend
     from mascot.reward.scorer import RewardScorer
 
     registry.setup_tracking(params)
     exp = registry.experiment_id(params.mlflow.policy_experiment, params.mlflow.artifact_root)
     personas = load_personas(params.prepare.personas_file)
-    from mascot.splits import held_out
 
     # queries no model trained on: never in pairs (the reward model), never GRPO prompts (the policy)
     queries = held_out(load_jsonl(queries_path), params.heldout, params.evaluate.max_queries)
@@ -131,12 +131,11 @@ def main(params, queries_path: str = "data/queries.jsonl",
         all_replies += [{"policy": label, **r} for r in replies]
     diffs = paired_differences([r for r in all_replies if r["policy"] == "base"],
                                [r for r in all_replies if r["policy"] == "grpo"],
-                               tuple(load_rubric(params.score.rubric).dimensions))
+                               tuple(load_rubric(params.score.rubric).dimensions), params.stats.min_n)
     results["grpo_minus_base"] = diffs
     write_json(metrics_path, results)
     write_jsonl(replies_path, all_replies)
-    from mascot.stats import describe
 
     print("evaluate: GRPO - base on the same held-out queries (paired bootstrap 95% interval, n):")
     for name, d in diffs.items():
-        print(f"  {name}: base {d['base']} grpo {d['grpo']} diff {describe({**d, 'mean': d['diff']})}")
+        print(f"  {name}: base {d['base']} grpo {d['grpo']} diff {describe({**d, 'mean': d['diff']}, params.stats.min_n)}")

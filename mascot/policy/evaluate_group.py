@@ -15,15 +15,23 @@ MLflow run per condition (comparable in `mlflow ui`), and a DVC metrics file.
 from __future__ import annotations
 
 from collections import Counter
+import json
+from pathlib import Path
 from statistics import fmean
 
 from mascot.annotate.director import block_messages
 from mascot.annotate.episodes import (Branch, DirectorPerBranch, LLMDirector, Sampling, ScriptedDirector, episode_record,
                                       roll_forward)
+from mascot.annotate.function_judge import make_judge
 from mascot.annotate.rubric import SCORE_CHOICES
+from mascot.annotate.score import resolve_prompt_style, score_units
+from mascot.data.personas import load_personas
 from mascot.granularity import BLOCK, REPLY
-from mascot.annotate.score import score_units
-from mascot.io import InputError
+from mascot.io import InputError, load_jsonl, write_json, write_jsonl
+from mascot.llm.factory import make_backend
+from mascot.policy.evaluate import load_policy
+from mascot.splits import held_out
+from mascot.stats import DEFAULT_MIN_N, describe, mean_with_ci
 
 
 def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) -> list[dict]:
@@ -84,30 +92,71 @@ def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores
             "mean_turn_words": mean(len(t["text"].split()) for t in agent)}
 
 
-def paired_vs(base: dict[str, float], other: dict[str, float]) -> dict:
+def paired_vs(base: dict[str, float], other: dict[str, float], min_n: int = DEFAULT_MIN_N) -> dict:
     """other minus base on the same queries' collective totals: mean, bootstrap 95% interval, n."""
-    from mascot.stats import mean_with_ci
-
     common = sorted(set(base) & set(other))
-    return mean_with_ci([other[q] - base[q] for q in common])
+    return mean_with_ci([other[q] - base[q] for q in common], min_n=min_n)
+
+
+def build_directors(params, personas: dict, director_dir: str) -> dict:
+    """Each condition's Director: the trained and the base policy (decoding as train_director trained it),
+    or a scripted one (random, round-robin, ...)."""
+    from mascot.llm.local_backend import LocalBackend
+
+    p, d, directors = params.evaluate_group, params.train_director, {}
+    for condition in p.conditions:
+        if condition in ("trained", "base"):
+            model, tokenizer = load_policy(d.base_model, director_dir if condition == "trained" else None)
+            directors[condition] = LLMDirector(
+                LocalBackend.from_model(model, tokenizer, f"{d.base_model}+{condition}", params.llm.speaker.batch_size),
+                personas, d.prompt_style, Sampling(p.director_temperature, 1.0, d.max_completion_length, p.seed),
+                constrained=p.constrain_directives, prefill=False)  # as train_director trained it
+        else:
+            directors[condition] = ScriptedDirector(personas, condition, p.seed)
+    return directors
+
+
+def judge_condition(records: list[dict], by_q: dict[str, dict], personas: dict, rubrics: tuple, score, rm_score
+                    ) -> tuple[dict, dict[str, float], list[dict]]:
+    """One condition's conversations judged: (its figures, each conversation's collective total, its records with
+    their collective score and group reward-model score). `score(units, rubric)` is the judge, `rm_score(rows)`
+    the group reward model; `rubrics` is (collective, persona)."""
+    collective, persona = rubrics
+    group_scores = score(BLOCK.judge_units(records, by_q, personas), collective)
+    turn_scores = score(turn_units(records, by_q, personas), persona)
+    valid = [e for e in records if e["valid"]]
+    rm = dict(zip([e["query_id"] for e in valid],
+                  rm_score([(None, by_q[e["query_id"]]["context"], block_messages(e["turns"])) for e in valid])
+                  if valid else []))
+    metrics = condition_metrics(records, group_scores, turn_scores, rm, collective, persona)
+    scores_by_id = {s["episode_id"]: s for s in group_scores}
+    judged = [{**e, "collective": scores_by_id.get(e["episode_id"]),
+               "group_rm_score": rm.get(e["query_id"]) if e["valid"] else None} for e in records]
+    return metrics, collective_totals(records, group_scores), judged
+
+
+def describe_results(results: dict, conditions: list[str], queries: int, agent_turns: int, min_n: int) -> list[str]:
+    """The comparison as a table, then each condition against the random Director with its interval."""
+    lines = [f"evaluate_group: {queries} held-out conversations per condition, {agent_turns} agent turns each; "
+             f"a failed conversation counts at the floor ({FAILED_CONVERSATION_SCORE}) in 'all'",
+             f"  {'condition':<12} {'n':>3} {'valid':>6} {'failed':>6} {'all':>7} {'valid only':>10} {'per-reply':>9} "
+             f"{'group RM':>8}  speakers"]
+    for c in conditions:
+        m = results[c]
+        lines.append(f"  {c:<12} {m['conversations']:>3} {str(m['valid_rate']):>6} {m['failed_conversations']:>6} "
+                     f"{str(m['collective_total_with_failures']):>7} {str(m['collective_total']):>10} "
+                     f"{str(m['per_reply_total']):>9} {str(m['group_rm_score']):>8}  {m['speaker_usage']}")
+    for c, fig in results.get("minus_random_collective_total", {}).items():
+        lines.append(f"  {c} - random, collective total with failures, paired: {describe(fig, min_n)}")
+    return lines
 
 
 def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
          director_dir: str = "models/director", metrics_path: str = "metrics/evaluate_group.json",
          out_path: str = "reports/evaluate_group_conversations.jsonl") -> None:
-    import json
-    from pathlib import Path
-
     import mlflow
 
     from mascot import registry
-    from mascot.annotate.score import resolve_prompt_style
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.annotate.function_judge import make_judge
-    from mascot.llm.factory import make_backend
-    from mascot.llm.local_backend import LocalBackend
-    from mascot.policy.evaluate import load_policy
     from mascot.reward.scorer import RewardScorer
 
     p, d = params.evaluate_group, params.train_director
@@ -115,7 +164,6 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     exp = registry.experiment_id(params.mlflow.director_experiment, params.mlflow.artifact_root)
     personas = load_personas(params.prepare.personas_file)
     all_queries = load_jsonl(queries_path)
-    from mascot.splits import held_out
 
     queries = held_out(all_queries, params.heldout, p.max_queries)  # never given episodes, never trained on
     given = {e["query_id"] for e in load_jsonl(episodes_path)} & {q["query_id"] for q in queries}
@@ -133,36 +181,21 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     director_version = json.loads((Path(director_dir) / "registered.json").read_text())
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
     git = {**registry.git_state(), **registry.dvc_experiment_tags()}
-    directors, branches = {}, {}
-    for condition in p.conditions:
-        if condition in ("trained", "base"):
-            model, tokenizer = load_policy(d.base_model, director_dir if condition == "trained" else None)
-            directors[condition] = LLMDirector(
-                LocalBackend.from_model(model, tokenizer, f"{d.base_model}+{condition}", params.llm.speaker.batch_size),
-                personas, d.prompt_style, Sampling(p.director_temperature, 1.0, d.max_completion_length, p.seed),
-                constrained=p.constrain_directives, prefill=False)  # as train_director trained it
-        else:
-            directors[condition] = ScriptedDirector(personas, condition, p.seed)
-        branches[condition] = [Branch(q["query_id"], 0, q["context"]) for q in queries]
+    directors = build_directors(params, personas, director_dir)
+    branches = {c: [Branch(q["query_id"], 0, q["context"]) for q in queries] for c in p.conditions}
     # every condition's conversations in one rollout: each turn's speaker replies decode in one batch
     roll_forward([b for c in p.conditions for b in branches[c]], p.agent_turns,
                  DirectorPerBranch({id(b): directors[c] for c in p.conditions for b in branches[c]}),
                  speaker, personas, sampling, p.user_turns)
+    rubrics = (BLOCK.rubric(params), REPLY.rubric(params))
     results, records_all, totals = {}, [], {}
     for condition in p.conditions:
         records = [episode_record(b, by_q[b.query_id].get("source"), {"director": directors[condition].name,
                                                                        "speaker": speaker.model_name},
                                   sampling.__dict__) for b in branches[condition]]
-        group_scores = score_units(BLOCK.judge_units(records, by_q, personas), BLOCK.rubric(params), params.score, judge,
-                                   prompt_style=style)
-        turn_scores = score_units(turn_units(records, by_q, personas), REPLY.rubric(params), params.score, judge,
-                                  prompt_style=style)
-        valid = [e for e in records if e["valid"]]
-        rm = dict(zip([e["query_id"] for e in valid],
-                      scorer.score([(None, by_q[e["query_id"]]["context"], block_messages(e["turns"])) for e in valid])
-                      if valid else []))
-        metrics = condition_metrics(records, group_scores, turn_scores, rm, BLOCK.rubric(params), REPLY.rubric(params))
-        totals[condition] = collective_totals(records, group_scores)
+        metrics, totals[condition], judged = judge_condition(
+            records, by_q, personas, rubrics,
+            lambda units, rubric: score_units(units, rubric, params.score, judge, prompt_style=style), scorer.score)
         tags = {**git, "condition": condition, "evaluation": "true", "group_reward_model": rm_name,
                 "group_reward_model_version": str(rm_version), "queries": str(len(queries))}
         if condition == "trained":
@@ -175,26 +208,13 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
             mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}
                                | {f"usage_{k}": v for k, v in metrics["speaker_usage"].items()})
         results[condition] = metrics
-        scores_by_id = {s["episode_id"]: s for s in group_scores}
-        records_all += [{"condition": condition, **e, "collective": scores_by_id.get(e["episode_id"]),
-                         "group_rm_score": rm.get(e["query_id"]) if e["valid"] else None} for e in records]
+        records_all += [{"condition": condition, **e} for e in judged]
     if "random" in totals:
-        results["minus_random_collective_total"] = {c: paired_vs(totals["random"], t) for c, t in totals.items()
-                                                    if c != "random"}
+        results["minus_random_collective_total"] = {c: paired_vs(totals["random"], t, params.stats.min_n)
+                                                    for c, t in totals.items() if c != "random"}
     speaker.close()
     judge.close()
     write_json(metrics_path, results)
     write_jsonl(out_path, records_all)
-    from mascot.stats import describe
-
-    print(f"evaluate_group: {len(queries)} held-out conversations per condition, {p.agent_turns} agent turns each; "
-          f"a failed conversation counts at the floor ({FAILED_CONVERSATION_SCORE}) in 'all'")
-    print(f"  {'condition':<12} {'n':>3} {'valid':>6} {'failed':>6} {'all':>7} {'valid only':>10} {'per-reply':>9} "
-          f"{'group RM':>8}  speakers")
-    for c in p.conditions:
-        m = results[c]
-        print(f"  {c:<12} {m['conversations']:>3} {str(m['valid_rate']):>6} {m['failed_conversations']:>6} "
-              f"{str(m['collective_total_with_failures']):>7} {str(m['collective_total']):>10} "
-              f"{str(m['per_reply_total']):>9} {str(m['group_rm_score']):>8}  {m['speaker_usage']}")
-    for c, fig in results.get("minus_random_collective_total", {}).items():
-        print(f"  {c} - random, collective total with failures, paired: {describe(fig)}")
+    for line in describe_results(results, p.conditions, len(queries), p.agent_turns, params.stats.min_n):
+        print(line)

@@ -1,17 +1,25 @@
-"""The `train_grpo` stage: TRL's GRPOTrainer on a LoRA speaker policy, rewarded by the reward model the
-registry's alias points at (plus a format reward), tracked and registered in MLflow."""
+"""The `train_grpo` stage: a LoRA speaker policy trained with GRPO (mascot/policy/engine.py), rewarded by the
+reward model the registry's alias points at (plus a format reward), watched by the judge on held-out probes,
+tracked and registered in MLflow."""
 from __future__ import annotations
 
-import json
-import shutil
-import sys
+import os
 from pathlib import Path
 
-import torch
-
+from mascot import registry
+from mascot.annotate.function_judge import make_judge
 from mascot.annotate.generate import speaker_prompt
+from mascot.annotate.rubric import SCORE_CHOICES
+from mascot.annotate.score import resolve_prompt_style, score_units
 from mascot.config import GRPOParams
-from mascot.io import InputError
+from mascot.data.personas import load_personas
+from mascot.granularity import REPLY, persona_fields
+from mascot.io import load_jsonl
+from mascot.launch import is_main_process
+from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
+from mascot.policy.rewards import first_line, make_format_reward, make_reward_model_reward, stop_token_ids
+from mascot.policy.watch import JudgeMemo, Watch, greedy_answers
+from mascot.splits import held_out
 
 
 def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params: GRPOParams) -> list[dict]:
@@ -31,302 +39,10 @@ def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params:
     return rows[: params.max_prompts] if params.max_prompts else rows
 
 
-def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int, reward_weights: list[float],
-                on_gpu: bool):
-    """TRL's GRPOConfig from the block, with its trainer_args on top."""
-    from mascot.precision import native_bf16
-    from mascot.trainer_args import build_config
-
-    return build_config("grpo", dict(
-        output_dir=str(checkpoint_dir), per_device_train_batch_size=per_device_batch,
-        num_generations=params.num_generations, max_completion_length=params.max_completion_length,
-        max_steps=params.max_steps, beta=params.beta, learning_rate=params.learning_rate,
-        temperature=params.temperature, reward_weights=list(reward_weights),
-        logging_steps=1, save_strategy="steps", save_steps=params.checkpoint_steps, save_total_limit=2,
-        seed=params.seed, use_cpu=not on_gpu,
-        bf16=native_bf16(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
-        dataloader_num_workers=0, disable_dropout=True, ddp_find_unused_parameters=False), params.trainer_args)
-
-
-def head_on_completions_only() -> None:
-    """Have TRL's fused LM head project only the completion's positions, on the CPU too. TRL 1.16 scores only
-    the labelled positions on Triton devices but every position elsewhere (static tile shapes for Neuron's
-    compiler); on the CPU a loss pass of 4 x 268 tokens then projects 1,072 rows through Gemma's 262k-row head
-    instead of the 96 the loss reads, 8 of a step's 12 s (torch's profiler, docs/performance.md). The rows it
-    skips are masked out of the loss either way: the same log-probs and gradients (tests/test_policy.py)."""
-    from trl.trainer import utils as trl_utils
-
-    scores_all = getattr(trl_utils, "_use_triton", None)
-    if scores_all is None:  # a TRL without this switch: slower, not wrong (the test pins the pinned TRL's)
-        print("grpo: TRL's fused head has no _use_triton switch; every position is projected", file=sys.stderr)
-        return
-    if hasattr(scores_all, "__wrapped__"):  # already switched
-        return
-
-    def compact(device) -> bool:
-        return device.type == "cpu" or scores_all(device)
-    compact.__wrapped__ = scores_all  # TRL's own rule, for a benchmark or a test to put back
-    trl_utils._use_triton = compact
-
-
-def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
-                  checkpoint_dir: Path, callbacks: list | None = None, dtype=None):
-    """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
-    benchmarks/grpo_step.py times it). The frozen base in `dtype` (default: bf16 where native,
-    mascot/precision.py), the LoRA weights in fp32 (PEFT keeps an adapter fp32 on a bf16 base)."""
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoTokenizer
-    from trl import GRPOTrainer
-
-    from mascot.launch import world_size
-    from mascot.precision import load_causal_lm
-
-    tokenizer = AutoTokenizer.from_pretrained(params.base_model)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    torch.manual_seed(params.seed)
-    # a bf16 base decodes without autocast casting every frozen weight at every token
-    model = load_causal_lm(params.base_model, dtype)
-    head_on_completions_only()
-    on_gpu = torch.cuda.is_available()
-    # prompts_per_step x num_generations completions a step in all, split over the ranks: N processes train
-    # the same steps as one, faster
-    per_step = params.prompts_per_step * params.num_generations
-    if per_step % world_size():
-        raise InputError(f"prompts_per_step x num_generations = {per_step} completions a step do not split over "
-                         f"{world_size()} processes; make it a multiple of num_processes")
-    config = grpo_config(params, checkpoint_dir, per_step // world_size(), reward_weights, on_gpu)
-    lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
-                      lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=reward_funcs,
-                          train_dataset=Dataset.from_list(rows), peft_config=lora, callbacks=callbacks)
-    sampler_of = trainer._get_train_sampler
-    trainer._get_train_sampler = lambda *a, **k: EpochSampler(sampler_of(*a, **k))
-    return trainer, tokenizer
-
-
-class EpochSampler(torch.utils.data.Sampler):
-    """TRL's RepeatSampler draws each epoch's prompt order from one generator, seeded once, so epoch k's order is
-    the k-th draw. A resumed run starts at a later epoch with a fresh generator and would repeat the first epoch's
-    order; this wrapper draws (and drops) the epochs it skipped when the trainer announces the epoch (accelerate
-    calls `set_epoch` before each epoch), so a resumed run sees the order an uninterrupted one saw."""
-
-    def __init__(self, inner):
-        self.inner, self.epoch, self.passes = inner, 0, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __iter__(self):
-        while self.passes < self.epoch:
-            for _ in self.inner:
-                pass
-            self.passes += 1
-        self.passes += 1
-        return iter(self.inner)
-
-
-def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
-                 out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None) -> dict:
-    """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
-    the columns the reward functions read; `watch` (mascot/policy/watch.py) checks the policy as it trains."""
-    from mascot import checkpoints
-    from mascot.launch import rank_tag
-
-    stage = (meta or {}).get("stage", "grpo")
-    resume = checkpoints.last_checkpoint(checkpoint_dir)
-    callbacks = [checkpoints.callback(watch.save_to if watch is not None else None)]
-    if watch is not None:
-        callbacks.append(watch.callback(resume))
-    trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir, callbacks)
-    if resume is not None:
-        print(f"{stage}{rank_tag()}: resuming from step {checkpoints.step_of(resume)} of {params.max_steps} "
-              f"({resume}): adapter, optimizer, scheduler and RNG states", flush=True)
-    result = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
-
-    if result.global_step == 0:
-        raise InputError(f"GRPO ran 0 steps on {len(rows)} prompts: fewer prompts than one step takes "
-                           f"(prompts_per_step {params.prompts_per_step}); add prompts or lower prompts_per_step")
-    history = [h for h in trainer.state.log_history if "reward" in h]
-    print(f"{stage}{rank_tag()}: {result.global_step} steps, {len(rows)} prompts, "
-          f"last reward {history[-1]['reward'] if history else None}", flush=True)
-    trainer.accelerator.wait_for_everyone()
-    if not trainer.accelerator.is_main_process:  # under DDP only the main rank saves; see mascot/launch.py
-        return None
-    kept = watch.restore_best(trainer.model) if watch is not None else None
-    if kept is not None:
-        print(f"{(meta or {}).get('stage', 'grpo')}: stopped at step {watch.stopped_at} (over-optimising for "
-              f"{params.watch.patience} checks); keeping the adapter of step {kept}, the judge's best", flush=True)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    trainer.model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    (out_dir / "mascot_policy.json").write_text(json.dumps({"base_model": params.base_model,
-                                                            "prompt_style": params.prompt_style, **(meta or {})},
-                                                           indent=2))
-    return {"history": history}
-
-
-def reward_trend(history: list[dict]) -> dict:
-    """Mean reward of the first and last quarter of the steps, and the least-squares slope per step: one
-    step's reward (a few completions of one prompt) is noise, a trend over many steps is not."""
-    import numpy as np
-
-    rewards = [h["reward"] for h in history]
-    if len(rewards) < 4:
-        return {}
-    q = max(1, len(rewards) // 4)
-    slope = float(np.polyfit(np.arange(len(rewards)), rewards, 1)[0])
-    lengths = [h.get("completions/mean_length") for h in history if h.get("completions/mean_length") is not None]
-    return {"reward_first_quarter": round(float(np.mean(rewards[:q])), 4),
-            "reward_last_quarter": round(float(np.mean(rewards[-q:])), 4), "reward_slope_per_step": round(slope, 5),
-            **({"completion_length_first_quarter": round(float(np.mean(lengths[:q])), 2),
-                "completion_length_last_quarter": round(float(np.mean(lengths[-q:])), 2)} if len(lengths) >= 4 else {})}
-
-
-def champion_scorer(rm_name: str, alias: str, stage: str, promote_stage: str):
-    """(version, uri, scorer) of the reward model an alias points at; a missing alias says what to run."""
-    from mascot import registry
-    from mascot.reward.scorer import RewardScorer
-
-    version = registry.alias_version(rm_name, alias)
-    if version is None:
-        raise InputError(f"{stage}: registered model '{rm_name}' has no alias '{alias}'; run the {promote_stage} stage "
-                         f"or `mascot promote --model {rm_name} --version N --alias {alias}`")
-    uri = f"models:/{rm_name}@{alias}"
-    return version, uri, RewardScorer.from_registry(uri)
-
-
-def health_signals(history: list[dict]) -> dict:
-    """TRL's own signs of a step that teaches nothing: groups whose completions all got the same reward (no
-    advantage, no gradient), the reward's spread within groups, completions cut at max_completion_length."""
-    from statistics import fmean
-
-    def series(key):
-        return [h[key] for h in history if h.get(key) is not None]
-    zero, std, clipped = series("frac_reward_zero_std"), series("reward_std"), series("completions/clipped_ratio")
-    return {"mean_frac_reward_zero_std": round(fmean(zero), 4) if zero else None,
-            "steps_without_reward_spread_fraction": round(fmean(z >= 1.0 for z in zero), 4) if zero else None,
-            "mean_reward_std": round(fmean(std), 4) if std else None,
-            "mean_clipped_ratio": round(fmean(clipped), 4) if clipped else None}
-
-
-def run_policy_stage(params, stage: str, p: GRPOParams, experiment: str, rows: list[dict], reward_funcs: list,
-                     weights: list[float], tags: dict, description: str, out_dir: str, metrics_path: str,
-                     plot_series: dict[str, list[str]], extra_metrics=None, watch=None, watch_plot: str | None = None,
-                     inputs: list[tuple[str, str]] = ()) -> tuple[dict, object]:
-    """One GRPO stage, speaker or Director: an MLflow run (params, metrics, the adapter, its input files as
-    datasets), a registered version marked complete only at the end, the curves as CSV for `dvc plots`, and,
-    with a `watch`, its checks (plot, verdict) and the `champion` alias given or refused by the verdict."""
-    import mlflow
-
-    from mascot import checkpoints, registry
-    from mascot.io import write_json
-    from mascot.launch import is_main_process, world_size
-    from mascot.llm.identity import folder_digest
-
-    if p.watch.stop_when_over_optimising and world_size() > 1:
-        raise InputError(f"{stage}.watch.stop_when_over_optimising: the watch runs on the main rank only, so it "
-                         f"cannot stop {world_size()} DDP ranks together; turn it off, or train with num_processes 1")
-    # what shapes the run: a rerun with all of it the same resumes from the last checkpoint, anything else starts over
-    ckpt = checkpoints.checkpoint_dir(stage, params.model_dump(), rows, tags.get("reward_model"),
-                                      tags.get("reward_model_version"), folder_digest(p.base_model), world_size())
-    if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
-        train_policy(rows, reward_funcs, weights, p, Path(out_dir), ckpt, meta={"stage": stage})
-        return None, None
-    registry.abandon_incomplete(p.registered_model)
-    exp = registry.experiment_id(experiment, params.mlflow.artifact_root)
-    run_name = (f"{stage}-{Path(p.base_model).name}-rm-v{tags['reward_model_version']}-lr{p.learning_rate:g}-"
-                f"{tags['git_commit'][:7]}")
-    tags = {**tags, **registry.dvc_experiment_tags()}
-    resumed_run = checkpoints.remembered_run(ckpt)  # a resumed training goes on in its own MLflow run
-    with (mlflow.start_run(run_id=resumed_run) if resumed_run else
-          mlflow.start_run(experiment_id=exp, run_name=run_name, tags=tags)) as run:
-        checkpoints.remember_run(ckpt, run.info.run_id)
-        for path, context in inputs:
-            registry.log_input_file(path, context)
-        mlflow.log_params({f"{stage}.{k}": v for k, v in p.model_dump().items() if k not in ("lora", "watch")}
-                          | {f"{stage}.lora.{k}": v for k, v in p.lora.model_dump().items()}
-                          | {f"{stage}.watch.{k}": v for k, v in p.watch.model_dump().items()}
-                          | {"reward_model": tags["reward_model"], "reward_model_version": tags["reward_model_version"],
-                             "prompts": len(rows), "world_size": world_size()})
-        result = train_policy(rows, reward_funcs, weights, p, Path(out_dir), ckpt, meta={"stage": stage}, watch=watch)
-        history = result["history"]
-        metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": tags["reward_model_version"],
-                   "reward_first_step": history[0]["reward"] if history else None,
-                   "reward_last_step": history[-1]["reward"] if history else None, **reward_trend(history),
-                   **health_signals(history), **(extra_metrics(history) if extra_metrics else {})}
-        watched = None
-        if watch is not None:
-            watched, watch_metrics = watch.report(stage, watch_plot)
-            metrics.update(watch_metrics)
-        write_json(metrics_path, metrics)
-        mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                            and v is not None and k.startswith(("watch_", "mean_", "steps_without"))})
-        mlflow.log_artifact(metrics_path)
-        mlflow.log_artifacts(out_dir, artifact_path="policy")
-        version_tags = {**tags, "reward_first_step": metrics["reward_first_step"],
-                        "reward_last_step": metrics["reward_last_step"],
-                        **({k: v for k, v in metrics.items() if k.startswith("watch_") and v is not None}
-                           if watched else {})}
-        version = registry.register_version(p.registered_model, run.info.run_id, "policy", version_tags, description)
-    write_curves(history, plot_series)
-    write_json(Path(out_dir) / "registered.json", {"name": version.name, "version": version.version,
-                                                    "run_id": version.run_id})
-    registry.mark_complete(version.name, version.version)
-    checkpoints.finished(ckpt)
-    if watched is not None:
-        metrics["champion"] = policy_alias(version, watched, p.watch, stage)
-        write_json(metrics_path, metrics)
-    return metrics, version
-
-
-def write_curves(history: list[dict], series: dict[str, list[str]]) -> None:
-    """TRL's log history as CSV files for `dvc plots`: each file its columns, one row a step."""
-    import csv
-
-    for path, keys in series.items():
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows({k: h.get(k) for k in keys} for h in history)
-
-
-def policy_alias(version, watched: dict, w, stage: str) -> bool:
-    """`champion` for the new policy version unless its watch says over-optimising and
-    watch.refuse_over_optimising holds; either way the version's tags say why."""
-    from mlflow import MlflowClient
-
-    from mascot import registry
-    from mascot.policy.watch import OVER
-
-    if watched["verdict"] == OVER and w.refuse_over_optimising:
-        why = (f"not promoted: the watch says over-optimising ({watched['why']}); "
-               "watch.refuse_over_optimising: true")
-        MlflowClient().set_model_version_tag(version.name, version.version, "champion_refused", why)
-        print(f"{stage}: {version.name} v{version.version} registered without @champion: {why}")
-        return False
-    registry.set_alias(version.name, "champion", version.version, f"watch verdict: {watched['verdict']}",
-                       {"watch_verdict": watched["verdict"]})
-    return True
-
-
 def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dict, scorer, judge):
     """The watch of a speaker policy: held-out queries (the evaluation's rule), each under `probe_personas`
     personas in turn, answered greedily, scored by the reward model, the judge (persona rubric; an empty reply
     at the rubric's floor) and by length and repetition."""
-    from mascot.annotate.rubric import SCORE_CHOICES
-    from mascot.annotate.score import resolve_prompt_style, score_units
-    from mascot.granularity import REPLY, persona_fields
-    from mascot.policy.rewards import first_line
-    from mascot.policy.watch import JudgeMemo, Watch, greedy_answers
-    from mascot.splits import held_out
-
     w, names = p.watch, list(personas)
     probes = [(q, personas[names[(i + j) % len(names)]])
               for i, q in enumerate(held_out(list(queries.values()), params.heldout, w.probe_queries))
@@ -344,20 +60,12 @@ def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dic
         cands = [{"candidate_id": f"{q['query_id']}|{persona.name}|watch", "query_id": q["query_id"],
                   "persona": persona.name, "text": a} for (q, persona), a in zip(probes, answers)]
         return answers, rm, judged(REPLY.judge_units(cands, by_id, personas))
-    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience)
+    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience, params.stats.min_n)
 
 
 def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
          out_dir: str = "models/policy", metrics_path: str = "metrics/train_grpo.json",
          plots_path: str = "plots/train_grpo/rewards.csv", watch_plot: str = "plots/train_grpo/watch.csv") -> None:
-    import os
-
-    from mascot import registry
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl
-    from mascot.launch import is_main_process
-    from mascot.policy.rewards import make_format_reward, make_reward_model_reward, stop_token_ids
-
     p: GRPOParams = params.grpo
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
     registry.setup_tracking(params)
@@ -376,17 +84,15 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
               str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
     judge = None
     if p.watch.enabled and is_main_process():
-        from mascot.annotate.function_judge import make_judge
-
         judge = make_judge(params)
     try:
         watch = speaker_watch(params, p, queries, personas, scorer, judge) if judge is not None else None
-        metrics, version = run_policy_stage(
-            params, "grpo", p, params.mlflow.policy_experiment, rows,
+        stage = PolicyStage(
+            "grpo", p, params.mlflow.policy_experiment, "LoRA speaker policy trained with GRPO",
             [make_reward_model_reward(scorer, personas), make_format_reward(stop_token_ids(p.base_model))],
-            [p.reward_weight, p.format_weight],
-            tags, "LoRA speaker policy trained with GRPO", out_dir, metrics_path, series, watch=watch,
+            [p.reward_weight, p.format_weight], tags, out_dir, metrics_path, series, watch=watch,
             watch_plot=watch_plot, inputs=[(pairs_path, "train")])
+        metrics, version = run_policy_stage(params, stage, rows)
     finally:
         if judge is not None:
             judge.close()

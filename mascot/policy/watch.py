@@ -21,9 +21,11 @@ checks inside TRL's trainer.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
-from mascot.stats import MIN_N, mean_with_ci, spearman
+from mascot.io import write_json
+from mascot.stats import DEFAULT_MIN_N, mean_with_ci, spearman
 
 IMPROVING, OVER, NOT_LEARNING, TOO_FEW = "improving", "over-optimising", "not learning", "too few to tell"
 FIGURES = ("reward_model", "judge", "length", "distinct_2")
@@ -46,20 +48,19 @@ def probe_row(step: int, answers: list[str], rm: list[float], judge: list[float 
     return row
 
 
-def _change(first: dict, last: dict, fig: str) -> dict:
+def _change(first: dict, last: dict, fig: str, min_n: int) -> dict:
     diffs = [b - a for a, b in zip(first[fig], last[fig]) if a is not None and b is not None]
-    return mean_with_ci(diffs)
+    return mean_with_ci(diffs, min_n=min_n)
 
 
-def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n: int | None = None) -> dict:
+def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n: int = DEFAULT_MIN_N) -> dict:
     """The change of each figure from the first check to the last (paired over probes, with its interval and
     n), the rank correlation of the reward model's and the judge's means across checks, and the verdict."""
-    min_n = MIN_N if min_n is None else min_n
     out: dict = {"checks": len(checks), "steps_checked": [c["step"] for c in checks]}
     if len(checks) < 2:
         return {**out, "verdict": TOO_FEW, "why": f"{len(checks)} check(s); a change needs two"}
     first, last = checks[0], checks[-1]
-    out["change"] = {fig: _change(first, last, fig) for fig in FIGURES}
+    out["change"] = {fig: _change(first, last, fig, min_n) for fig in FIGURES}
     rm, judge = out["change"]["reward_model"], out["change"]["judge"]
     out["rm_judge_spearman"] = spearman([c["mean_reward_model"] for c in checks], [c["mean_judge"] for c in checks]) \
         if all(c["mean_judge"] is not None for c in checks) and len(checks) >= 3 else None
@@ -84,7 +85,7 @@ def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n:
     return out
 
 
-def should_stop(checks: list[dict], judge_margin: float, patience: int, min_n: int | None = None) -> bool:
+def should_stop(checks: list[dict], judge_margin: float, patience: int, min_n: int = DEFAULT_MIN_N) -> bool:
     """True when the verdict over the checks so far has been over-optimising at each of the last `patience`
     checks."""
     if len(checks) < patience + 1:
@@ -176,7 +177,7 @@ class Watch:
     own probe (a speaker's replies, or a Director's directives rolled forward)."""
 
     def __init__(self, answer, every_steps: int, judge_margin: float, stop_when_over_optimising: bool = False,
-                 patience: int = 2, min_n: int | None = None, log=log_check):
+                 patience: int = 2, min_n: int = DEFAULT_MIN_N, log=log_check):
         self.answer, self.every_steps, self.judge_margin = answer, every_steps, judge_margin
         self.stop, self.patience, self.min_n, self.log = stop_when_over_optimising, patience, min_n, log
         self.checks: list[dict] = []
@@ -211,8 +212,6 @@ class Watch:
         goes on with its history (mascot/checkpoints.py)."""
         from safetensors.torch import save_file
 
-        from mascot.io import write_json
-
         write_json(Path(folder) / self.STATE_FILE, {"checks": self.checks, "stopped_at": self.stopped_at,
                                                     "best": self.best[:2] if self.best else None})
         if self.best:
@@ -220,8 +219,6 @@ class Watch:
 
     def load_from(self, folder: Path) -> bool:
         """The history saved with a checkpoint; False when there is none (a checkpoint saved without a watch)."""
-        import json
-
         state_file = Path(folder) / self.STATE_FILE
         if not state_file.exists():
             return False
@@ -283,8 +280,6 @@ class Watch:
         """(the verdict, its flat metrics), after writing the checks (CSV for `dvc plots`, every probe answer as
         JSON, a PNG) and logging them to the active MLflow run with the verdict as a tag."""
         import mlflow
-
-        from mascot.io import write_json
 
         result, csv_path = self.result(), Path(csv_path)
         write_csv(self.checks, csv_path)

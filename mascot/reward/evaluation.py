@@ -2,7 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import fmean
+
+import numpy as np
+
+from mascot.data.human_ratings import agreement
+from mascot.granularity import persona_fields
+from mascot.io import load_jsonl
+from mascot.pairs import chosen_longer
+from mascot.reward.prompt import reward_input_ids
+from mascot.splits import is_held_out
+from mascot.stats import DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, mean_with_ci, pairwise_wins
 
 GAP_BUCKETS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 5.0)]
 
@@ -11,13 +22,11 @@ def bucket_name(lo: float, hi: float) -> str:
     return f"gap_{lo:g}_{hi:g}"
 
 
-def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores: list[float]) -> dict:
+def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores: list[float],
+                 min_n: int = DEFAULT_MIN_N) -> dict:
     """Strict accuracy (r_chosen > r_rejected), mean margin, and accuracy within each judge-gap bucket."""
     if not pairs:
         return {"pairs": 0, "accuracy": None, "mean_margin": None}
-    from mascot.pairs import chosen_longer
-
-    from mascot.stats import cluster_mean_with_ci
 
     correct = [c > r for c, r in zip(chosen_scores, rejected_scores)]
     # The pairs of one query share candidates (all pairs of its replies), and a conversation's queries share its
@@ -25,7 +34,7 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
     # half as wide as the spread of a random scorer's accuracy on the same pairs (docs/controls.md).
     clusters = [str(p.get("conversation_id") or p.get("query_id") or f"pair {i}") for i, p in enumerate(pairs)]
     # (a sign test over pairs would assume them independent too: the chance figure below replaces it)
-    fig = cluster_mean_with_ci([float(x) for x in correct], clusters, null=None)
+    fig = cluster_mean_with_ci([float(x) for x in correct], clusters, null=None, min_n=min_n)
     out = {"pairs": len(pairs), "accuracy": round(fmean(correct), 4), "accuracy_ci_low": fig["ci_low"],
            "accuracy_ci_high": fig["ci_high"],
            "accuracy_too_few_to_tell": fig["too_few_to_tell"],
@@ -50,8 +59,6 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
 def random_scorer_p(pairs: list[dict], accuracy: float, draws: int = 2000, seed: int = 0) -> float | None:
     """How often a scorer that learned nothing (a random score per reply, the same reply the same score) is at
     least as far from 0.5 on these very pairs: the chance level of this pair set, shared replies and all."""
-    import numpy as np
-
     ids = [(str(p.get("chosen_id", f"pair {i} chosen")), str(p.get("rejected_id", f"pair {i} rejected")))
            for i, p in enumerate(pairs)]
     if not ids:
@@ -63,12 +70,9 @@ def random_scorer_p(pairs: list[dict], accuracy: float, draws: int = 2000, seed:
     return round(float(np.mean(np.abs(acc - 0.5) >= abs(accuracy - 0.5) - 1e-12)), 4)
 
 
-def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
+def reference_set_metrics(scorer, items: list[dict], personas: dict, min_n: int = DEFAULT_MIN_N) -> dict:
     """The reward model on its judge's reference set (judge_check, judge_check_group): does it rank the human
     reply or block above the worse variants, as a judge should? Accuracy with bootstrap 95% intervals and n."""
-    from mascot.reward.prompt import reward_input_ids
-    from mascot.stats import mean_with_ci, pairwise_wins
-
     g = scorer.granularity
     rows, too_long = [], 0
     for i in items:
@@ -86,7 +90,7 @@ def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
     out = {"reference_too_long": too_long}
     for name, better, worse, kind in g.judge_comparisons:  # the judge's own comparisons, on the reward model
         both = [r for r in by_item.values() if r["kind"] == kind and better in r and worse in r]
-        fig = mean_with_ci(pairwise_wins([r[better] for r in both], [r[worse] for r in both]), null=0.5)
+        fig = mean_with_ci(pairwise_wins([r[better] for r in both], [r[worse] for r in both]), null=0.5, min_n=min_n)
         out.update({f"reference_{name}": fig["mean"], f"reference_{name}_ci_low": fig["ci_low"],
                     f"reference_{name}_ci_high": fig["ci_high"], f"reference_{name}_n": fig["n"]})
     return out
@@ -95,41 +99,35 @@ def reference_set_metrics(scorer, items: list[dict], personas: dict) -> dict:
 @dataclass(frozen=True)
 class HumanCheck:
     """The held-out conversations' rated supporter turns (no reward model trained on them), the rating gap a
-    pair needs, and the judge's totals on those items (judge_check's chosen format) to set beside the model's."""
+    pair needs, and the judge's totals on those items (judge_check's chosen format) to set beside the model's;
+    below `min_n` pairs a figure is "too few to tell"."""
     items: list[dict]
     min_gap: int = 2
     judge_scores: dict[str, float] = field(default_factory=dict)
+    min_n: int = DEFAULT_MIN_N
 
 
 def held_out_human(params, items_path: str = "data/human/items.jsonl",
                    judge_path: str = "data/judge_check/human_scores.jsonl") -> HumanCheck | None:
     """The rated supporter turns of held-out conversations (no reward model trains on them), with the judge's
     totals on them in judge_check's chosen format; None without a human set."""
-    from pathlib import Path
-
-    from mascot.io import load_jsonl
-    from mascot.splits import is_held_out
-
     if not Path(items_path).exists():
         return None
     items = [i for i in load_jsonl(items_path) if is_held_out(i, params.heldout)]
     judge = ({r["candidate_id"]: r["total_reward"] for r in load_jsonl(judge_path)
               if r.get("chosen") and r["status"] == "scored"} if Path(judge_path).exists() else {})
-    return HumanCheck(items, params.human.min_gap, judge)
+    return HumanCheck(items, params.human.min_gap, judge, params.stats.min_n)
 
 
 def human_set_metrics(scorer, human: HumanCheck, personas: dict) -> dict:
     """The reward model against people: on the held-out human pairs, how often it scores the higher-rated turn
     higher [interval over conversations], beside "the longer turn wins", length-controlled, and beside the judge
     on the pairs the judge also scored. Flat `human_*` figures."""
-    from mascot.data.human_ratings import agreement
-    from mascot.granularity import persona_fields
-
     if not human.items:
         return {"human_pairs_n": 0}
     scores = scorer.score([(persona_fields(personas[i["persona"]]), i["context"], i["reply"]) for i in human.items])
     rm = dict(zip((i["item_id"] for i in human.items), scores))
-    fig = agreement(human.items, rm, human.min_gap)
+    fig = agreement(human.items, rm, human.min_gap, min_n=human.min_n)
     out = {"human_items": fig["items"], "human_pairs_conversations": fig["pairs"]["clusters"]}
     for key, name in (("pairs", "human_pairs"), ("length_baseline", "human_length_baseline"),
                       ("controlled", "human_pairs_controlled"), ("spearman", "human_spearman")):
@@ -137,20 +135,19 @@ def human_set_metrics(scorer, human: HumanCheck, personas: dict) -> dict:
         out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
     judged = [i for i in human.items if human.judge_scores.get(i["item_id"]) is not None]
     if judged:
-        same_rm, same_judge = agreement(judged, rm, human.min_gap), agreement(judged, human.judge_scores, human.min_gap)
+        same_rm = agreement(judged, rm, human.min_gap, min_n=human.min_n)
+        same_judge = agreement(judged, human.judge_scores, human.min_gap, min_n=human.min_n)
         out.update(human_pairs_judged=same_rm["pairs"]["mean"], human_judge_pairs=same_judge["pairs"]["mean"],
                    human_judge_pairs_ci_low=same_judge["pairs"]["ci_low"],
                    human_judge_pairs_ci_high=same_judge["pairs"]["ci_high"], human_judge_pairs_n=same_judge["pairs"]["n"])
     return out
 
 
-def describe_human(m: dict, prefix: str = "") -> str:
+def describe_human(m: dict, prefix: str = "", min_n: int = DEFAULT_MIN_N) -> str:
     """The reward model's agreement with people in words, from `human_set_metrics`' figures."""
     if not m.get(f"{prefix}human_pairs_n"):
         return "human pairs: none held out (no rated conversation in the held-out split)"
-    from mascot import stats
-
-    few = f" ({stats.TOO_FEW}: n < {stats.MIN_N})" if m[f"{prefix}human_pairs_n"] < stats.MIN_N else ""
+    few = f" ({TOO_FEW}: n < {min_n})" if m[f"{prefix}human_pairs_n"] < min_n else ""
     text = (f"human pairs {m[prefix + 'human_pairs']} [{m[prefix + 'human_pairs_ci_low']}, {m[prefix + 'human_pairs_ci_high']}]"
             f"{few} on {m[prefix + 'human_pairs_n']} held-out pairs of {m[prefix + 'human_pairs_conversations']} conversations "
             f"(longer turn wins {m[prefix + 'human_length_baseline']}; not longer {m[prefix + 'human_pairs_controlled']} "

@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 
 from mascot.granularity import GRANULARITIES, REPLY, Granularity
+from mascot.io import InputError
+from mascot.llm.identity import folder_digest
 from mascot.reward.prompt import reward_input_ids
 
 META_FILE = "mascot_reward.json"
@@ -67,9 +69,6 @@ def check_trained_with(meta: dict, base_path: str | Path, label: str) -> Granula
     """The granularity a reward adapter scores, once its meta agrees with what is here: the granularity is named,
     the reward text is built as it was in training (Granularity.template_hash), and the base model holds the
     weights it was trained on (their digest). Anything else is refused in one line: what, and what to run."""
-    from mascot.io import InputError
-    from mascot.llm.identity import folder_digest
-
     trained = f"{label} (trained at git {meta.get('git_commit', 'unknown')[:12]})"
     retrain = "retrain it (`dvc repro train_rm`, or train_group_rm) or check out the code and base it was trained with"
     name = meta.get("granularity")

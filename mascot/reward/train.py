@@ -3,20 +3,30 @@ tracked in MLflow and registered as a new version of the registered model. The s
 granularities: replies (the persona reward model) and blocks of group turns (the group reward model)."""
 from __future__ import annotations
 
+import csv
 import json
+import os
+from pathlib import Path
 import shutil
 import time
-from pathlib import Path
 
 import torch
 
+from mascot import checkpoints, precision, registry
 from mascot.config import TrainRMParams
+from mascot.data.personas import load_personas
 from mascot.granularity import GRANULARITIES, REPLY, Granularity
+from mascot.io import InputError, load_jsonl, write_json, write_jsonl
+from mascot.launch import is_main_process, rank_tag, world_size
 from mascot.llm.identity import folder_digest
-from mascot.reward.evaluation import HumanCheck, held_out_human
+from mascot.pairs import chosen_longer_fraction
+from mascot.reward.evaluation import (HumanCheck, describe_human, held_out_human, human_set_metrics, pair_metrics,
+                                      plot_distributions, reference_set_metrics)
 from mascot.reward.prompt import reward_input_ids
 from mascot.reward.scorer import META_FILE, RewardScorer, load_base_classifier
-from mascot.io import InputError
+from mascot.stats import DEFAULT_MIN_N
+from mascot.trainer_args import build_config
+
 
 def probe_items(personas: dict, granularity: str = "reply") -> list[tuple]:
     return GRANULARITIES[granularity].probe_items(personas)
@@ -61,20 +71,63 @@ def check_score_head(adapter_dir: Path) -> list[str]:
     return keys
 
 
+def reward_config(params: TrainRMParams, checkpoint_dir: Path, evaluates: bool, report_to: tuple[str, ...],
+                  on_gpu: bool):
+    """TRL's RewardConfig from the block, with its trainer_args on top."""
+    return build_config("reward", dict(
+        output_dir=str(checkpoint_dir), per_device_train_batch_size=params.batch_size,
+        per_device_eval_batch_size=params.batch_size, gradient_accumulation_steps=params.gradient_accumulation_steps,
+        learning_rate=params.learning_rate, num_train_epochs=params.epochs, max_length=None,
+        eval_strategy="steps" if evaluates else "no", eval_steps=params.eval_steps, save_strategy="steps",
+        save_steps=params.checkpoint_steps, save_total_limit=params.save_total_limit, logging_steps=1, seed=params.seed,
+        bf16=precision.native_bf16(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,  # bf16 autocast where native
+        disable_dropout=False,  # keep the configured lora_dropout (TRL's default zeroes it)
+        report_to=list(report_to), dataloader_num_workers=0, remove_unused_columns=True,
+        ddp_find_unused_parameters=False), params.trainer_args)  # LoRA uses every weight: no extra DDP pass
+
+
+def save_adapter(model, tokenizer, out_dir: Path, params: TrainRMParams, g: Granularity) -> list[str]:
+    """The adapter, its tokenizer and what RewardScorer.from_dir checks at load (the base weights' digest, where
+    they came from, the code); returns the score head's tensors."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    head_keys = check_score_head(out_dir)
+    (out_dir / META_FILE).write_text(json.dumps({
+        "base_model": params.base_model, "max_length": params.max_length, "granularity": g.name,
+        "template_hash": g.template_hash, "num_labels": 1,
+        "base_model_digest": folder_digest(params.base_model),
+        "base_model_source": registry.base_model_tags(params.base_model).get("base_model_source"),
+        "git_commit": registry.git_state()["git_commit"],
+        "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
+    return head_keys
+
+
+def measure_trained(scorer: RewardScorer, eval_rows: list[dict], eval_pairs: list[dict], personas: dict,
+            reference_items: list[dict] | None, human: HumanCheck | None, min_n: int) -> tuple[dict, list, list]:
+    """The trained model on its eval pairs, the judge's reference set and the held-out human pairs: (figures,
+    chosen scores, rejected scores)."""
+    chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
+    rejected = scorer.score_ids([r["rejected_ids"] for r in eval_rows])
+    metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected, min_n).items()}
+    if reference_items:
+        metrics.update(reference_set_metrics(scorer, reference_items, personas, min_n))
+    if human is not None:
+        metrics.update(human_set_metrics(scorer, human, personas))
+    return metrics, chosen, rejected
+
+
 def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams, out_dir: Path,
                        checkpoint_dir: Path, reference_items: list[dict] | None = None,
                        granularity: str = "reply", report_to: tuple[str, ...] = ("mlflow",),
-                       human: HumanCheck | None = None) -> dict | None:
+                       human: HumanCheck | None = None, min_n: int = DEFAULT_MIN_N) -> dict | None:
     """Train on the train split, evaluate on the eval split (and on judge_check's reference set and the held-out
-    human pairs, if given),
-    save the adapter to `out_dir`. Under DDP every rank trains and only the main one saves and measures: the
-    others return None."""
+    human pairs, if given; below `min_n` pairs a figure is "too few to tell"), save the adapter to `out_dir`.
+    Under DDP every rank trains and only the main one saves and measures: the others return None."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
     from trl import RewardTrainer
-
-    from mascot.reward.evaluation import human_set_metrics, pair_metrics, reference_set_metrics
 
     g = GRANULARITIES[granularity]
     train_pairs = [p for p in pairs if p["split"] == "train"]
@@ -99,26 +152,10 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
 
     torch.manual_seed(params.seed)
     model = load_base_classifier(params.base_model, tokenizer)
-    on_gpu = torch.cuda.is_available()
     lora = LoraConfig(task_type="SEQ_CLS", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules),
                       modules_to_save=["score"])
-    from mascot.precision import native_bf16
-    from mascot.trainer_args import build_config
-
-    config = build_config("reward", dict(
-        output_dir=str(checkpoint_dir), per_device_train_batch_size=params.batch_size,
-        per_device_eval_batch_size=params.batch_size, gradient_accumulation_steps=params.gradient_accumulation_steps,
-        learning_rate=params.learning_rate, num_train_epochs=params.epochs, max_length=None,
-        eval_strategy="steps" if eval_rows else "no", eval_steps=params.eval_steps, save_strategy="steps",
-        save_steps=params.checkpoint_steps, save_total_limit=params.save_total_limit, logging_steps=1, seed=params.seed,
-        bf16=native_bf16(), gradient_checkpointing=on_gpu, use_cpu=not on_gpu,  # bf16 autocast where native
-        disable_dropout=False,  # keep the configured lora_dropout (TRL's default zeroes it)
-        report_to=list(report_to), dataloader_num_workers=0, remove_unused_columns=True,
-        ddp_find_unused_parameters=False), params.trainer_args)  # LoRA uses every weight: no extra DDP pass
-    from mascot import checkpoints
-    from mascot.launch import rank_tag
-
+    config = reward_config(params, checkpoint_dir, bool(eval_rows), report_to, torch.cuda.is_available())
     trainer = RewardTrainer(model=model, args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list(train_rows),
                             eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora,
@@ -138,32 +175,13 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:
         return None
-    from mascot.registry import base_model_tags, git_state
 
-    shutil.rmtree(out_dir, ignore_errors=True)
-    trainer.model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    head_keys = check_score_head(out_dir)
-    (out_dir / META_FILE).write_text(json.dumps({
-        "base_model": params.base_model, "max_length": params.max_length, "granularity": granularity,
-        "template_hash": g.template_hash, "num_labels": 1,
-        # what RewardScorer.from_dir checks at load: the base weights' digest, where they came from, the code
-        "base_model_digest": folder_digest(params.base_model),
-        "base_model_source": base_model_tags(params.base_model).get("base_model_source"),
-        "git_commit": git_state()["git_commit"],
-        "loader": "mascot.reward.scorer.RewardScorer.from_dir"}, indent=2))
-
+    head_keys = save_adapter(trainer.model, tokenizer, out_dir, params, g)
     lap("save_s")
     # without the trainer's autocast wrapper: scored in fp32, as every later stage scores the saved adapter
     model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     scorer = RewardScorer(model, tokenizer, params.max_length, batch_size=params.batch_size, granularity=g)
-    chosen = scorer.score_ids([r["chosen_ids"] for r in eval_rows])
-    rejected = scorer.score_ids([r["rejected_ids"] for r in eval_rows])
-    metrics = {f"eval_{k}": v for k, v in pair_metrics(eval_pairs, chosen, rejected).items()}
-    if reference_items:
-        metrics.update(reference_set_metrics(scorer, reference_items, personas))
-    if human is not None:
-        metrics.update(human_set_metrics(scorer, human, personas))
+    metrics, chosen, rejected = measure_trained(scorer, eval_rows, eval_pairs, personas, reference_items, human, min_n)
     lap("score_eval_s")
     probe_scores = scorer.score(g.probe_items(personas))
     lap("probe_s")
@@ -180,15 +198,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
 def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/reward",
          metrics_path: str = "metrics/train_rm.json", plots_dir: str = "plots/train_rm",
          reference_path: str | None = "data/judge_check/reference.jsonl", granularity: str = "reply") -> None:
-    import os
-
     import mlflow
-
-    from mascot import checkpoints, registry
-    from mascot.data.personas import load_personas
-    from mascot.io import load_jsonl, write_json, write_jsonl
-    from mascot.launch import is_main_process, world_size
-    from mascot.reward.evaluation import describe_human, plot_distributions
 
     g = GRANULARITIES[granularity]
     stage, p = g.rm_block, g.rm_params(params)
@@ -226,9 +236,9 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                              "world_size": world_size()})
         reference = load_jsonl(reference_path) if reference_path and Path(reference_path).exists() else None
         human = held_out_human(params) if g.human_ratings else None
-        result = train_reward_model(pairs, personas, p, out, ckpt, reference, granularity, human=human)
+        result = train_reward_model(pairs, personas, p, out, ckpt, reference, granularity, human=human,
+                                    min_n=params.stats.min_n)
         metrics = result["metrics"]
-        from mascot.pairs import chosen_longer_fraction
 
         metrics["pairs_chosen_longer_fraction"] = chosen_longer_fraction(pairs)
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
@@ -255,14 +265,21 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     checkpoints.finished(ckpt)
     write_jsonl(plots / "eval_scores.jsonl", [{"chosen": c, "rejected": r} for c, r in
                                               zip(result["chosen_scores"], result["rejected_scores"])])
-    print(f"{stage}: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "
-          f"on {metrics['eval_pairs']} pairs (longer-reply-wins baseline {metrics.get('eval_length_baseline_accuracy')}, "
-          f"accuracy where the chosen reply is not longer {metrics.get('eval_accuracy_not_longer')} on "
-          f"{metrics.get('eval_not_longer_pairs')}; reference set: "
-          + (", ".join(f"{g.judge_figure_words[name]} {metrics.get('reference_' + name)}" for name in g.gated)
-             if reference else "none")
-          + (f"; {describe_human(metrics)}" if human is not None else "")
-          + f"); registered {version.name} v{version.version} (run {version.run_id})")
+    print(describe_training(stage, metrics, g, version, reference is not None, human is not None,
+                            params.stats.min_n))
+
+
+def describe_training(stage: str, metrics: dict, g: Granularity, version, with_reference: bool, with_human: bool,
+                      min_n: int) -> str:
+    """The trained reward model in one line: eval accuracy beside the length baseline, the reference set, people."""
+    return (f"{stage}: {metrics['train_pairs']} train pairs, eval accuracy {metrics.get('eval_accuracy')} "
+            f"on {metrics['eval_pairs']} pairs (longer-reply-wins baseline {metrics.get('eval_length_baseline_accuracy')}, "
+            f"accuracy where the chosen reply is not longer {metrics.get('eval_accuracy_not_longer')} on "
+            f"{metrics.get('eval_not_longer_pairs')}; reference set: "
+            + (", ".join(f"{g.judge_figure_words[name]} {metrics.get('reference_' + name)}" for name in g.gated)
+               if with_reference else "none")
+            + (f"; {describe_human(metrics, min_n=min_n)}" if with_human else "")
+            + f"); registered {version.name} v{version.version} (run {version.run_id})")
 
 
 def main_group(params) -> None:
@@ -273,8 +290,6 @@ def main_group(params) -> None:
 
 def write_curves(log_history: list[dict], plots: Path) -> None:
     """Per-step training and eval curves as CSV for `dvc plots`."""
-    import csv
-
     series = {"train_curve.csv": ("loss", "accuracy", "margin", "learning_rate"),
               "eval_curve.csv": ("eval_loss", "eval_accuracy", "eval_margin")}
     for name, keys in series.items():

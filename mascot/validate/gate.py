@@ -10,7 +10,9 @@ from great_expectations.data_context.types.base import ProgressBarsConfig
 import pandas as pd
 
 from mascot import stats
+from mascot.annotate.score import score_metrics
 from mascot.granularity import REPLY, Granularity
+from mascot.stats import DEFAULT_MIN_N
 from mascot.validate import suites
 
 
@@ -67,8 +69,6 @@ def validate_data(candidates: list[dict], scores: list[dict], pairs: list[dict],
              "scores": suites.scores_suite(frames["scores"], g, rubric),
              "pairs": suites.pairs_suite(frames["pairs"], margin, min_pairs)}
     if judge_limits is not None:
-        from mascot.annotate.score import score_metrics
-
         frames["judge"] = suites.judge_frame(judge_check or {}, score_metrics(scores, rubric, g.group_fields),
                                              judge_bar_on, g, human=judge_limits.get("min_human_agreement") is not None)
         plans["judge"] = suites.judge_suite(frames["judge"], **judge_limits, g=g)
@@ -93,7 +93,7 @@ def judge_accuracy_failures(results: list[dict], g: Granularity = REPLY) -> list
     return [r for r in results if not r["success"] and r["table"] == "judge" and r["column"] in (*g.gated, suites.HUMAN)]
 
 
-def human_warning(judge_check: dict, bar: float, bar_on: str) -> str:
+def human_warning(judge_check: dict, bar: float, bar_on: str, min_n: int = DEFAULT_MIN_N) -> str:
     """In words: how far the judge agrees with people, against its bar and against the length baseline."""
     fig = judge_check.get(suites.HUMAN)
     if fig is None:
@@ -102,7 +102,7 @@ def human_warning(judge_check: dict, bar: float, bar_on: str) -> str:
     base, controlled = judge_check.get("human_length_baseline"), judge_check.get("human_pairs_controlled")
     beat = ("beat" if base is not None and fig > base else "did not beat")
     n = judge_check.get("human_pairs_n") or 0
-    few = f" ({stats.TOO_FEW}: n < {stats.MIN_N})" if n < stats.MIN_N else ""
+    few = f" ({stats.TOO_FEW}: n < {min_n})" if n < min_n else ""
     where = "its 95% interval's lower bound" if bar_on == "lower_bound" else "the point estimate"
     return (f"against people the judge scored the higher-rated of two supporter turns higher in {fig} "
             f"[{judge_check.get('human_pairs_ci_low')}, {judge_check.get('human_pairs_ci_high')}] of "
@@ -114,12 +114,12 @@ def human_warning(judge_check: dict, bar: float, bar_on: str) -> str:
 
 
 def chance_warning(failed: list[dict], judge_check: dict, bar: float, bar_on: str, g: Granularity = REPLY,
-                   human_bar: float | None = None) -> str:
+                   human_bar: float | None = None, min_n: int = DEFAULT_MIN_N) -> str:
     """In words: the judge could not be told from chance, on which figures, and what follows; and, when it
     failed the human bar, how far it agrees with people."""
     human = [r for r in failed if r["column"] == suites.HUMAN]
     failed = [r for r in failed if r["column"] != suites.HUMAN]
-    people = human_warning(judge_check, human_bar, bar_on) if human else None
+    people = human_warning(judge_check, human_bar, bar_on, min_n) if human else None
     if not failed:
         return f"{people} (validate.judge_gate: warn)"
     figures = "; ".join(

@@ -1,9 +1,11 @@
 """The `validate` stage: the data gate before any training."""
 from __future__ import annotations
 
-import sys
+import json
 from pathlib import Path
+import sys
 
+from mascot.granularity import GRANULARITIES
 from mascot.io import load_jsonl, write_json, write_jsonl
 from mascot.splits import split_counts
 from mascot.validate.gate import (chance_warning, html_report, human_warning, judge_accuracy_failures, summary,
@@ -15,16 +17,44 @@ class GateFailed(SystemExit):
     pass
 
 
+def gate(params, g, candidates: list[dict], scores: list[dict], pairs: list[dict], judge_check: dict,
+         counts: dict) -> tuple[list[dict], list[dict], list[dict], str | None, bool]:
+    """The gate on data already loaded: (expectation results, quarantined rows, the judge figures that failed,
+    the judge warning if validate.judge_gate lets them through, whether the gate passes)."""
+    v, bar = params.validate_, g.min_judge_accuracy(params)
+    results, quarantine = validate_data(candidates, scores, pairs, g.pairs_params(params).score_margin, v.min_pairs,
+                                        granularity=g, rubric=g.rubric(params),
+                                        judge_check=judge_check, judge_bar_on=v.judge_bar_on,
+                                        judge_limits={"min_judge_accuracy": bar,
+                                                      "max_constant_group_fraction": v.max_constant_group_fraction,
+                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction,
+                                                      "min_human_agreement": v.min_human_agreement
+                                                      if g.human_ratings else None},
+                                        split_counts=counts,
+                                        split_limits={"min_train_pairs": v.min_train_pairs,
+                                                      "min_eval_pairs": v.min_eval_pairs,
+                                                      "min_heldout_queries": v.min_heldout_queries})
+    scored = sum(s["status"] == "scored" for s in scores)
+    if scores and scored / len(scores) < v.min_scored_fraction:
+        results.append({"table": "scores", "expectation": "min_scored_fraction", "column": None,
+                        "kwargs": {"min": v.min_scored_fraction}, "success": False,
+                        "unexpected_count": None, "element_count": round(scored / len(scores), 4),
+                        "unexpected_index_list": [], "exception": None})
+    judge_failed = judge_accuracy_failures(results, g)
+    warning = (chance_warning(judge_failed, judge_check, bar, v.judge_bar_on, g, v.min_human_agreement,
+                              params.stats.min_n)
+               if judge_failed and v.judge_gate == "warn" else None)
+    # judge_gate warn: a judge below the bar does not stop the run, and everything after says so
+    ok = all(r["success"] for r in results if not (warning and r in judge_failed))
+    return results, quarantine, judge_failed, warning, ok
+
+
 def main(params, candidates_path: str | None = None, scores_path: str | None = None, pairs_path: str | None = None,
          report_dir: str | None = None, judge_check_path: str | None = None, granularity: str = "reply",
          metrics_path: str | None = None, queries_path: str = "data/queries.jsonl") -> None:
     """The gate of one granularity: its units, scores and pairs (the files `Granularity.files` names) and its
     judge (the figures in `Granularity.judge_check_metrics`, held to its params block's min_judge_accuracy).
     A path given overrides the granularity's file."""
-    import json
-
-    from mascot.granularity import GRANULARITIES
-
     g = GRANULARITIES[granularity]
     metrics_path = metrics_path or g.files["validate"]
     stage = Path(g.files["validate"]).stem
@@ -40,29 +70,7 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
         raise FileNotFoundError(f"{judge_check_path}: no judge_check figures for the {g.rubric(params).name} rubric; run "
                                 "its judge_check stage first (the gate never passes a judge it has not measured)")
     judge_check = json.loads(Path(judge_check_path).read_text())
-    results, quarantine = validate_data(candidates, scores, pairs, g.pairs_params(params).score_margin, v.min_pairs,
-                                        granularity=g, rubric=g.rubric(params),
-                                        judge_check=judge_check, judge_bar_on=v.judge_bar_on,
-                                        judge_limits={"min_judge_accuracy": bar,
-                                                      "max_constant_group_fraction": v.max_constant_group_fraction,
-                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction,
-                                                      "min_human_agreement": v.min_human_agreement
-                                                      if g.human_ratings else None},
-                                        split_counts=counts,
-                                        split_limits={"min_train_pairs": v.min_train_pairs,
-                                                      "min_eval_pairs": v.min_eval_pairs,
-                                                      "min_heldout_queries": v.min_heldout_queries})
-    scored = sum(s["status"] == "scored" for s in scores)
-    if scores and scored / len(scores) < params.validate_.min_scored_fraction:
-        results.append({"table": "scores", "expectation": "min_scored_fraction", "column": None,
-                        "kwargs": {"min": params.validate_.min_scored_fraction}, "success": False,
-                        "unexpected_count": None, "element_count": round(scored / len(scores), 4),
-                        "unexpected_index_list": [], "exception": None})
-    judge_failed = judge_accuracy_failures(results, g)
-    warning = (chance_warning(judge_failed, judge_check, bar, v.judge_bar_on, g, v.min_human_agreement)
-               if judge_failed and v.judge_gate == "warn" else None)
-    # judge_gate warn: a judge below the bar does not stop the run, and everything after says so
-    ok = all(r["success"] for r in results if not (warning and r in judge_failed))
+    results, quarantine, judge_failed, warning, ok = gate(params, g, candidates, scores, pairs, judge_check, counts)
     report = Path(report_dir or g.files["reports"])
     write_json(metrics_path, {"success": ok, "failed": sum(not r["success"] for r in results),
                                      "judge_gate": v.judge_gate, "judge_bar_on": v.judge_bar_on,
@@ -78,7 +86,7 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
     write_jsonl(report / "quarantine.jsonl", quarantine)
     text = summary(results, g)
     if not warning and any(r["column"] == HUMAN for r in judge_failed):
-        text += f"\n    {human_warning(judge_check, v.min_human_agreement, v.judge_bar_on)}"
+        text += f"\n    {human_warning(judge_check, v.min_human_agreement, v.judge_bar_on, params.stats.min_n)}"
     if not ok:
         print(f"{stage}: data gate FAILED ({candidates_path}, {scores_path}, {pairs_path})\n{text}\n"
               f"offending rows: {report / 'quarantine.jsonl'}; report: {report / 'validation.html'}", file=sys.stderr)
