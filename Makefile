@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro test ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence
+.PHONY: setup repro test ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence gpu-wheels
 
 setup: $(VENV)/.installed
 
@@ -68,6 +68,12 @@ judge-1.5b: setup
 EVIDENCE_DIR ?= runs/evidence
 evidence: setup judge-1.5b
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/evidence.py --workdir $(EVIDENCE_DIR)
+
+# The GPU check's wheels (benchmarks/gpu_check.sh): what a bare GPU machine lacks, as cp312 wheels in .gpu_wheels/
+gpu-wheels:
+	$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --abi cp312 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+	  -d .gpu_wheels -r benchmarks/gpu_wheels.txt
 
 # A CUDA machine (docs/profiles.md "GPUs"; not run here: no GPU). On Linux x86_64 PyPI's torch 2.13.0 wheel is the CUDA build;
 # xgrammar's triton dependency is real there. vLLM (GPU) gets its own environment, as on the CPU.

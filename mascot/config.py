@@ -381,6 +381,9 @@ class WatchParams(Block):
     # check the judge scored best
     stop_when_over_optimising: bool = False
     patience: int = Field(2, ge=1)
+    # stop when the policy's mean KL from the base policy (nats per probe completion, measured at each check)
+    # passes this; the adapter kept is the check the judge scored best (None: off)
+    max_kl: float | None = Field(None, gt=0)
 
 
 class GRPOParams(LaunchFields):

@@ -186,20 +186,28 @@ def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics
           f"{m['chosen_longer_fraction']} (before balancing {before}, {dropped} dropped) -> {out}")
 
 
+def stage_pairs(params, queries: dict[str, dict], candidates: list[dict], scores: list[dict], personas: dict,
+                human_items: list[dict] | None) -> tuple[list[dict], dict]:
+    """The `pairs` stage's pairs before length balancing (the judge's, then the seekers' own with pairs.human),
+    and the figures it reports beside them."""
+    pairs = [{**p, "pair_source": "judge"} for p in build_pairs(candidates, scores, queries, personas, params.pairs,
+                                                                 params.heldout)]
+    extra = {**split_counts(list(queries.values()), params.heldout), "queries": len(queries)}
+    if params.pairs.human:
+        human = build_human_pairs(human_items or [], personas, params.human.min_gap, params.pairs, params.heldout)
+        pairs += human
+        extra["human_pairs"] = len(human)
+    return pairs, extra
+
+
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
          scores_path: str = "data/scores.jsonl", out: str = "data/pairs.jsonl",
          metrics: str = "metrics/pairs.json", human_path: str = "data/human/items.jsonl") -> None:
-    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    personas = load_personas(params.prepare.personas_file)
-    pairs = [{**p, "pair_source": "judge"} for p in build_pairs(load_jsonl(candidates_path), load_jsonl(scores_path),
-                                                                 queries, personas, params.pairs, params.heldout)]
-    extra = {**split_counts(list(queries.values()), params.heldout), "queries": len(queries)}
-    if params.pairs.human:
-        if not Path(human_path).exists():
-            raise InputError(f"pairs.human is on but {human_path} does not exist: run the human_set stage")
-        human = build_human_pairs(load_jsonl(human_path), personas, params.human.min_gap, params.pairs, params.heldout)
-        pairs += human
-        extra["human_pairs"] = len(human)
+    if params.pairs.human and not Path(human_path).exists():
+        raise InputError(f"pairs.human is on but {human_path} does not exist: run the human_set stage")
+    pairs, extra = stage_pairs(params, {q["query_id"]: q for q in load_jsonl(queries_path)}, load_jsonl(candidates_path),
+                               load_jsonl(scores_path), load_personas(params.prepare.personas_file),
+                               load_jsonl(human_path) if params.pairs.human else None)
     _finish("pairs", pairs, params.pairs, out, metrics, extra)
 
 

@@ -87,7 +87,13 @@ open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champ
                                 for d in client.get_run(champion.run_id).inputs.dataset_inputs],
                   "watch_judge_steps": [m.step for m in client.get_metric_history(grpo.run_id, "watch/judge")],
                   "grpo_version_tags": grpo.tags,
-                  "grpo_aliases": list(client.get_model_version(grpo.name, grpo.version).aliases)}))
+                  "grpo_aliases": list(client.get_model_version(grpo.name, grpo.version).aliases),
+                  "watch_table": client.load_table(run.info.experiment_id, "watch_completions.json",
+                                                   run_ids=[grpo.run_id]).to_dict("list"),
+                  "eval_tables": {r.data.tags["policy"]: client.load_table(r.info.experiment_id, "evaluate_completions.json",
+                                                                           run_ids=[r.info.run_id]).to_dict("list")
+                                  for r in client.search_runs([client.get_experiment_by_name("mascot-speaker").experiment_id],
+                                                              "tags.evaluation = 'true'")}}, default=str))
 """
     (work / ".mascot").mkdir(exist_ok=True)
     (work / ".mascot/check_registry.py").write_text(check)
@@ -113,6 +119,16 @@ open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champ
     assert (work / "plots/train_grpo/watch.csv").read_text().startswith("step,mean_reward_model,mean_judge")
     # the shortcut checks travel with the version, so `mlflow ui` shows them beside accuracy
     assert "eval_length_baseline_accuracy" in tags and "reference_ref_gt_off_topic" in tags
+    assert tags["rubric_aggregate"] == "mean"
+    # the completions where `mlflow ui` shows tables: each watch check's answers, each evaluated policy's replies
+    table = out["watch_table"]
+    assert sorted(set(table["step"])) == [0, 1, 2] and len(table["completion"]) == 3 * watch["watch_n"]
+    assert all(k is not None for k in table["kl"]) and table["kl"][0] < 1e-4  # step 0: the base policy itself
+    assert set(out["eval_tables"]) == {"base", "grpo"}
+    replies = [json.loads(line) for line in (work / "reports/evaluate_replies.jsonl").read_text().splitlines()]
+    for policy, columns in out["eval_tables"].items():
+        assert columns["completion"] == [r["text"] for r in replies if r["policy"] == policy]
+        assert {"probe", "persona", "prompt", "finish_reason", "reward_model", "judge_total"} <= set(columns)
 
 
 def test_stage_two_registry_lineage_and_evaluation(dvc_repo):
@@ -131,7 +147,10 @@ champion = client.get_model_version_by_alias("mascot-group-rm", "champion")
 director = client.search_model_versions("name='mascot-director'")[0]
 runs = client.search_runs([client.get_experiment_by_name("mascot-director").experiment_id], "tags.evaluation = 'true'")
 open(".mascot/check_group.json", "w").write(json.dumps({"champion": str(champion.version), "tags": champion.tags,
-    "director_tags": director.tags, "conditions": sorted(r.data.tags["condition"] for r in runs)}))
+    "director_tags": director.tags, "conditions": sorted(r.data.tags["condition"] for r in runs),
+    "tables": {r.data.tags["condition"]: client.load_table(r.info.experiment_id, "evaluate_group_conversations.json",
+                                                           run_ids=[r.info.run_id]).to_dict("list") for r in runs}},
+    default=str))
 """
     (work / ".mascot").mkdir(exist_ok=True)
     (work / ".mascot/check_group.py").write_text(check)
@@ -141,6 +160,10 @@ open(".mascot/check_group.json", "w").write(json.dumps({"champion": str(champion
     assert out["director_tags"]["reward_model_uri"] == "models:/mascot-group-rm@champion"
     assert out["director_tags"]["reward_model_version"] == "1"
     assert out["conditions"] == ["base", "random", "round_robin", "trained"]  # one MLflow run per condition
+    # each condition's conversations, where `mlflow ui` shows tables
+    assert all(len(out["tables"][c]["conversation"]) == 2 and "collective_total" in out["tables"][c]
+               for c in out["conditions"])
+    assert out["director_tags"]["rubric_aggregate"] == "mean"
     # the probe of the group reward model reads the group model's own version and tags (the name is the URI's)
     probe = _json_of(sh("mascot probe --uri models:/mascot-group-rm@champion", work, env))
     assert probe["version"] == out["champion"] and probe["scores_in_training"] is not None

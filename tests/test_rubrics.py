@@ -127,3 +127,83 @@ def test_mascot_llm_has_no_import_circle():
         return any(d == target or (d not in seen and reaches(d, target, (*seen, d))) for d in graph.get(start, []))
     circles = [m for m in graph if reaches(m, m)]
     assert not circles, f"import circles through {circles}"
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda r: r.update(aggregate="weighted"), ["weights", "one positive weight per dimension",
+                                               "missing ['clarity', 'concision']"]),
+    (lambda r: r.update(aggregate="weighted", weights={"concision": 1, "brevity": 2}),
+     ["weights", "missing ['clarity']", "not dimensions ['brevity']"]),
+    (lambda r: r.update(aggregate="mean", weights={"concision": 1, "clarity": 1}), ["only with aggregate: weighted"]),
+    (lambda r: r.update(aggregate="weighted", weights={"concision": 0, "clarity": 1}), ["weights.concision",
+                                                                                         "greater than 0"]),
+    (lambda r: r.update(aggregate="median"), ["aggregate", "'mean', 'min' or 'weighted'"]),
+])
+def test_a_bad_aggregation_names_the_key(tmp_path, edit, words):
+    raw = yaml.safe_load(yaml.safe_dump(THIRD))
+    edit(raw)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(RubricError) as err:
+        load_rubric(path)
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_the_rubric_file_says_how_its_dimensions_combine_and_scores_pairs_and_the_gate_follow(tmp_path, personas):
+    """mean (the default), min (a reply is as good as its weakest dimension) or a weighted mean: the total of
+    every record, its pairs and the gate's check of the total follow the file; a journaled record judged under
+    another aggregation gets the file's total without asking the judge again."""
+    from mascot.annotate.score import score_candidates
+    from mascot.config import PairsParams, ScoreParams
+    from mascot.pairs import build_pairs
+    from mascot.resume import Journal
+    from mascot.validate.gate import validate_data
+
+    scores = {"concision": 5.0, "clarity": 2.0}
+    rubrics = {}
+    for aggregate, extra in (("mean", {}), ("min", {}), ("weighted", {"weights": {"concision": 1, "clarity": 3}})):
+        path = tmp_path / f"{aggregate}.yaml"
+        path.write_text(yaml.safe_dump({**THIRD, "aggregate": aggregate, **extra}))
+        rubrics[aggregate] = (path, load_rubric(path))
+    assert [r.total(scores) for _, r in rubrics.values()] == [3.5, 2.0, (5 + 3 * 2) / 4]
+    assert [r.aggregation for _, r in rubrics.values()] == ["mean", "min", "weighted(clarity=3,concision=1)"]
+
+    queries = {f"q{i}": {"query_id": f"q{i}", "context": [{"role": "user", "content": "hi"}]} for i in range(2)}
+    texts = ["Short and kind.", "A reply of middling length for you here.",
+             "A very long reply that goes on and on and on without saying much at all, friend."]
+    candidates = [{"candidate_id": f"q{i}|The Anchor|{k}", "query_id": f"q{i}", "persona": "The Anchor",
+                   "candidate_index": k, "text": t} for i in range(2) for k, t in enumerate(texts)]
+    journal = Journal("agg", tmp_path)
+
+    class TwoSidedJudge:
+        """Concision falls with a reply's length, clarity rises with it: mean, min and weights disagree."""
+        model_name, identity, asked = "two-sided", {"backend": "fake", "model": "two-sided"}, 0
+
+        def choice_distribution(self, prompts, choices):
+            type(self).asked += len(prompts)
+            out = []
+            for prompt in prompts:
+                words = len(prompt.split("Reply: ")[-1].split("\n")[0].split())
+                short = max(1, 5 - words // 4)
+                best = short if prompt.rstrip().endswith("concision:") else 6 - short
+                out.append(ChoiceDistribution({c: (0.8 if int(c) == best else 0.05) for c in choices}, 0.9))
+            return out
+    judge = TwoSidedJudge()
+    by_aggregate = {}
+    for aggregate, (path, rubric) in rubrics.items():
+        params = ScoreParams(rubric=str(path), mode="expected", few_shot=False)
+        asked_before = judge.asked
+        records = score_candidates(candidates, queries, personas, params, judge, journal)
+        assert (judge.asked > 0) if aggregate == "mean" else (judge.asked == asked_before)  # ratings reused
+        assert all(r["total_reward"] == round(rubric.total(r["scores"]), 4) for r in records)
+        results, _ = validate_data(candidates, records, [], 0.5, 0, rubric=rubric)
+        assert all(r["success"] for r in results if r["table"] == "scores"), [r for r in results if not r["success"]]
+        by_aggregate[aggregate] = records
+    mixed = [dict(r, total_reward=m["total_reward"]) for r, m in zip(by_aggregate["min"], by_aggregate["mean"])]
+    results, _ = validate_data(candidates, mixed, [], 0.5, 0, rubric=rubrics["min"][1])
+    assert any(not r["success"] and r["column"] == "total_minus_aggregate" for r in results)  # a mean total under min
+    pairs = {a: build_pairs(candidates, by_aggregate[a], queries, personas, PairsParams(score_margin=0.1))
+             for a in rubrics}
+    assert all(p["score_chosen"] - p["score_rejected"] >= 0.1 for ps in pairs.values() for p in ps)
+    chosen = {a: {(p["chosen_id"], p["rejected_id"]) for p in ps} for a, ps in pairs.items()}
+    assert chosen["mean"] != chosen["min"]  # the aggregation, not the ratings, decided which reply is chosen

@@ -66,7 +66,7 @@ def test_gate_catches_broken_scores_and_links():
     pairs[0]["rejected"] = pairs[0]["chosen"]
     results, _ = validate_data(cands, scores, pairs, margin=0.5, min_pairs=10)
     got = failures(results)
-    assert got[("scores", "total_minus_mean", "expect_column_values_to_be_between")] == 1
+    assert got[("scores", "total_minus_aggregate", "expect_column_values_to_be_between")] == 1
     assert got[("pairs", "ids_linked", "expect_column_values_to_be_in_set")] == 1
     assert got[("pairs", "splits_of_query", "expect_column_values_to_be_between")] == 3
     assert got[("pairs", "texts_differ", "expect_column_values_to_be_in_set")] == 1

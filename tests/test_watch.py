@@ -55,7 +55,7 @@ def length_paying_setup(tiny_model_dir, tmp_path, **watch):
     replies: GRPO makes the replies longer, and the watch sees the reward rise while the judge falls."""
     from mascot.config import LoraParams, WatchParams, parse_params
     from mascot.policy.rewards import first_line
-    from mascot.policy.watch import Watch, greedy_answers
+    from mascot.policy.watch import Watch, answers_and_kl
 
     prompts = [f"Person: I feel sad about thing {i}.\nThe Anchor:" for i in range(12)]
 
@@ -63,8 +63,9 @@ def length_paying_setup(tiny_model_dir, tmp_path, **watch):
         return [float(len(first_line(c))) for c in completions]
 
     def answer(model, tokenizer):
-        replies = [first_line(x) for x in greedy_answers(model, tokenizer, prompts, 32)]
-        return replies, [float(len(r)) for r in replies], [5.0 - min(4.0, len(r) / 10) for r in replies]
+        raw, kl = answers_and_kl(model, tokenizer, prompts, 32)
+        replies = [first_line(x) for x in raw]
+        return replies, [float(len(r)) for r in replies], [5.0 - min(4.0, len(r) / 10) for r in replies], kl
 
     raw = yaml.safe_load(open("params.yaml"))
     raw["grpo"] = {"base_model": str(tiny_model_dir), "num_generations": 4, "prompts_per_step": 2,
@@ -74,7 +75,9 @@ def length_paying_setup(tiny_model_dir, tmp_path, **watch):
     params = parse_params(raw)
     w: WatchParams = params.grpo.watch
     return (params, [{"prompt": p} for p in prompts], length_reward,
-            Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience))
+            Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience,
+                  probes=[{"probe": f"p{i}", "persona": "The Anchor", "prompt": p} for i, p in enumerate(prompts)],
+                  max_kl=w.max_kl))
 
 
 def run_stage(params, rows, reward, watch, tmp_path):
@@ -109,10 +112,22 @@ def test_a_length_paying_reward_is_caught_and_left_without_champion(tiny_model_d
     assert "champion" not in (mv.aliases or []) and "over-optimising" in mv.tags["champion_refused"]
     assert mv.tags["watch_verdict"] == OVER
     rows_csv = (tmp_path / "watch.csv").read_text().splitlines()
-    assert rows_csv[0] == "step,mean_reward_model,mean_judge,mean_length,mean_distinct_2"
+    assert rows_csv[0] == "step,mean_reward_model,mean_judge,mean_length,mean_distinct_2,mean_kl,mean_kl_token"
     assert [r.split(",")[0] for r in rows_csv[1:]] == ["0", "2", "4", "6", "8", "10"]
     history = client.get_metric_history(version.run_id, "watch/judge")
     assert [m.step for m in history] == [0, 2, 4, 6, 8, 10]
+    # the policy's distance from the base policy: none at step 0 (LoRA's B starts at zero), then it grows
+    kl = [float(r.split(",")[5]) for r in rows_csv[1:]]
+    assert kl[0] < 1e-4 and kl[-1] > 0.1 and metrics["watch_kl_change"] > 0, kl
+    assert [m.step for m in client.get_metric_history(version.run_id, "watch/kl")] == [0, 2, 4, 6, 8, 10]
+    peak = metrics["watch_judge_peak_step"]
+    assert peak == 0 and metrics["watch_judge_peak_kl"] == kl[0] and "the judge peaked at step 0" in metrics["watch_why"]
+    # every probe answer of every check, in the run as an MLflow table
+    run = client.get_run(version.run_id)
+    table = client.load_table(run.info.experiment_id, "watch_completions.json", run_ids=[version.run_id])
+    assert len(table) == 6 * 12 and {"step", "probe", "persona", "prompt", "completion", "reward_model",
+                                     "judge_total", "kl", "kl_token"} <= set(table.columns)
+    assert table[table.step == 10].kl.mean() == pytest.approx(kl[-1], abs=1e-3)
 
 
 def test_early_stop_keeps_the_judges_best_adapter(tiny_model_dir, tmp_path, repo_root, monkeypatch):
@@ -155,3 +170,27 @@ def test_the_watch_judges_each_distinct_answer_once_and_nothing_at_the_floor():
     assert memo(units) == [5, 1.0, 5, None]
     assert memo([{"item": "hello", "skip": None}, {"item": "hi there", "skip": None}]) == [5, 8]
     assert asked == ["hello", "broken", "hi there"]  # a repeat, within a check or across checks, is not asked again
+
+
+def test_the_watch_stops_where_the_kl_passes_its_bar(tiny_model_dir, tmp_path, repo_root, monkeypatch):
+    """watch.max_kl: training stops at the first check whose mean KL from the base policy passes it (the
+    over-optimising stop off), and keeps the adapter of the check the judge scored best."""
+    monkeypatch.chdir(repo_root)
+    params, rows, reward, watch = length_paying_setup(tiny_model_dir, tmp_path, max_kl=0.05)
+    metrics, version = run_stage(params, rows, reward, watch, tmp_path)
+    assert metrics["watch_stopped_early"] and metrics["watch_stopped_at_step"] < 10
+    assert metrics["watch_stop_reason"].startswith("the KL from the base policy")
+    kl_at_stop = [c["mean_kl"] for c in watch.checks if c["step"] == metrics["watch_stopped_at_step"]][0]
+    assert kl_at_stop > 0.05 and all(c["mean_kl"] <= 0.05 for c in watch.checks[:-1])
+    assert metrics["watch_kept_step"] == metrics["watch_judge_peak_step"]
+
+
+def test_the_judge_peak_and_a_kl_stop_are_pure_functions_of_the_checks():
+    from mascot.policy.watch import judge_peak
+
+    checks = checks_of([0.0, 1.0, 2.0], [3.0, 3.6, 3.2])
+    for c, kl in zip(checks, [0.0, 0.4, 1.2]):
+        c["mean_kl"] = kl
+    assert judge_peak(checks) == {"step": 1, "judge": checks[1]["mean_judge"], "kl": 0.4, "kl_token": None}
+    assert should_stop(checks, 0.05, patience=5, max_kl=1.0).startswith("the KL from the base policy 1.2")
+    assert should_stop(checks, 0.05, patience=5, max_kl=2.0) is None

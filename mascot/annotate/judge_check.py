@@ -342,6 +342,7 @@ def log_check(params, stage: str, metrics: dict, styles: list[str], modes: list[
     with mlflow.start_run(experiment_id=exp, run_name=f"{stage.replace('_', '-')}-{Path(model).name}-{chosen}",
                           tags={**registry.git_state(), **registry.dvc_experiment_tags(),
                                 "judge_model": model, "rubric": metrics["rubric"],
+                                "rubric_aggregate": g.rubric(params).aggregation,
                                 "granularity": g.name, "chosen_prompt_style": chosen}):
         registry.log_input_file(files["items"], "eval")
         mlflow.log_params({"judge_model": model, "modes": ",".join(modes), "rubric": metrics["rubric"],

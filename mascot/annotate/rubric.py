@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 from statistics import fmean
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -40,6 +40,10 @@ class Rubric:
     dimensions: dict[str, str]
     header: str
     anchors: tuple[tuple[str, dict[str, int]], ...]  # (rendered item, its scores): poor first, then excellent
+    # how the dimensions become one total: "mean" (MASCOT's), "min" (conjunctive: a reply is as good as its
+    # weakest dimension) or "weighted" (a weighted mean with `weights`, one per dimension)
+    aggregate: str = "mean"
+    weights: tuple[tuple[str, float], ...] = ()
 
     def _ratings(self, scores: dict[str, int]) -> str:
         return "".join(f"{d}: {scores[d]}\n" for d in self.dimensions)
@@ -118,7 +122,20 @@ class Rubric:
         return scores, reasons
 
     def total(self, scores: dict[str, float]) -> float:
+        """The one score of an item: its dimensions combined as the rubric file says (`aggregate`)."""
+        if self.aggregate == "min":
+            return min(scores[d] for d in self.dimensions)
+        if self.aggregate == "weighted":
+            weights = dict(self.weights)
+            return sum(weights[d] * scores[d] for d in self.dimensions) / sum(weights.values())
         return fmean(scores[d] for d in self.dimensions)
+
+    @property
+    def aggregation(self) -> str:
+        """The aggregation in words, for lineage tags: mean, min, or weighted(dim=w,...)."""
+        if self.aggregate == "weighted":
+            return "weighted(" + ",".join(f"{d}={w:g}" for d, w in self.weights) + ")"
+        return self.aggregate
 
 
 class RubricFile(BaseModel):
@@ -130,6 +147,9 @@ class RubricFile(BaseModel):
     dimensions: dict[str, str] = Field(min_length=1)
     strictness: str = Field(min_length=1)
     anchors: list[Anchor] = []
+    # how the dimensions combine into the total (mean: MASCOT's; min: conjunctive; weighted: with `weights`)
+    aggregate: Literal["mean", "min", "weighted"] = "mean"
+    weights: dict[str, Annotated[float, Field(gt=0)]] | None = None
 
     @field_validator("dimensions")
     @classmethod
@@ -139,10 +159,23 @@ class RubricFile(BaseModel):
                 raise ValueError(f"dimension '{name}': a name is lower-case letters, digits and _ (it is a JSON key "
                                  "and a metric name)")
             if name == "total_reward":
-                raise ValueError("dimension 'total_reward': the name is taken by the mean of the dimensions")
+                raise ValueError("dimension 'total_reward': the name is taken by the total of the dimensions")
             if not str(text).strip():
                 raise ValueError(f"dimension '{name}': its wording is empty")
         return dims
+
+    @model_validator(mode="after")
+    def _weights(self) -> "RubricFile":
+        if self.aggregate == "weighted":
+            if not self.weights or set(self.weights) != set(self.dimensions):
+                missing = set(self.dimensions) - set(self.weights or {})
+                extra = set(self.weights or {}) - set(self.dimensions)
+                raise ValueError("weights: aggregate weighted needs one positive weight per dimension"
+                                 + (f"; missing {sorted(missing)}" if missing else "")
+                                 + (f"; not dimensions {sorted(extra)}" if extra else ""))
+        elif self.weights is not None:
+            raise ValueError(f"weights: only with aggregate: weighted (this rubric's aggregate is {self.aggregate})")
+        return self
 
     @model_validator(mode="after")
     def _anchor_scores(self) -> "RubricFile":
@@ -190,7 +223,9 @@ def load_rubric(path: str | Path) -> Rubric:
               + spec.strictness.strip() + "\n")
     return Rubric(name=spec.name, unit=spec.unit, dimensions=dict(spec.dimensions), header=header,
                   anchors=tuple((a.item if a.item.endswith("\n") else a.item + "\n", dict(a.scores))
-                                for a in spec.anchors))
+                                for a in spec.anchors),
+                  aggregate=spec.aggregate,
+                  weights=tuple((d, float(spec.weights[d])) for d in spec.dimensions) if spec.weights else ())
 
 
 RUBRICS_DIR = PROJECT / "data" / "rubrics"

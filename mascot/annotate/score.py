@@ -169,7 +169,15 @@ def score_units(units: list[dict], rubric: Rubric, params: ScoreParams, backend:
 
     done = run_journaled([key for _, _, key, _ in jobs], compute, journal, chunk_size,
                          f"score {rubric.name} ({'function' if function and llm is None else params.mode})", 1, stats)
-    return [done[key] for _, _, key, _ in jobs]
+    # the total follows the rubric's aggregation, also for a journaled record judged under another: the judge's
+    # ratings are the record, the total a function of them (changing `aggregate` asks the judge nothing again)
+    return [with_total(done[key], rubric) for _, _, key, _ in jobs]
+
+
+def with_total(record: dict, rubric: Rubric) -> dict:
+    if record.get("status") != "scored" or not record.get("scores"):
+        return record
+    return {**record, "total_reward": round(rubric.total(record["scores"]), 4)}
 
 
 def candidate_units(candidates: list[dict], queries: dict[str, dict], personas: dict[str, Persona]) -> list[dict]:

@@ -22,7 +22,7 @@ from mascot.granularity import BLOCK
 from mascot.io import InputError, load_jsonl
 from mascot.launch import is_main_process
 from mascot.llm.factory import make_backend
-from mascot.policy.watch import JudgeMemo, Watch, greedy_answers
+from mascot.policy.watch import JudgeMemo, Watch, answers_and_kl
 from mascot.splits import held_out
 from mascot.transcript import turn_messages
 
@@ -114,7 +114,7 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
                        float(SCORE_CHOICES[0]))
 
     def answer(model, tokenizer):
-        raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature)
+        raw, kl = answers_and_kl(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature)
         # a transcript prompt ends in "Agent:" (the completion continues it); a chat one has no prefill
         directives = [directive_text(r, prefilled=not isinstance(prompt, list)) for r, prompt in zip(raw, prompts)]
         branches = [Branch(q["query_id"], 0, q["context"]) for q in probes]
@@ -126,8 +126,11 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
         units = [BLOCK.unit(f"{b.query_id}|watch", {"episode_id": f"{b.query_id}|watch", "query_id": b.query_id,
                                                      "prefix_id": b.query_id, "branch": 0},
                             team, b.context, turn_messages(b.turns), None if b.valid else "empty block") for b in branches]
-        return directives, [rm_valid.get(i) for i in range(len(branches))], judged(units)
-    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience, params.stats.min_n)
+        return (directives, [rm_valid.get(i) for i in range(len(branches))], judged(units),
+                {**kl, "judge_dimensions": judged.dimensions(units)})
+    described = [{"probe": q["query_id"], "persona": None, "prompt": q["context"][-1]["content"]} for q in probes]
+    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience, params.stats.min_n,
+                 probes=described, max_kl=w.max_kl)
 
 
 def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
@@ -150,7 +153,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     rollout = Sampling(**{**speaker_sampling(params.episodes).__dict__, "max_tokens": p.rollout_max_tokens})
     tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
             "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri, "speaker_model": speaker.model_name,
-            "base_model": p.base_model, "granularity": "block", **registry.base_model_tags(p.base_model)}
+            "base_model": p.base_model, "granularity": "block", "rubric_aggregate": BLOCK.rubric(params).aggregation,
+            **registry.base_model_tags(p.base_model)}
 
     rewards = make_director_rewards(scorer, speaker, personas, p, rollout, params.episodes.constrain_directives)
 

@@ -45,6 +45,21 @@ def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[
     return metrics, replies
 
 
+def completions_table(replies: list[dict], queries: dict[str, dict]) -> dict[str, list]:
+    """The evaluated replies as table columns: query, persona, the user's last message, the reply, how it ended,
+    the reward model's score, the judge's total and each of its dimensions."""
+    rows = []
+    for r in replies:
+        judge = r.get("judge") or {}
+        rows.append({"probe": r["query_id"], "persona": r.get("persona"),
+                     "prompt": queries[r["query_id"]]["context"][-1]["content"], "completion": r["text"],
+                     "finish_reason": r.get("finish_reason"), "reward_model": r.get("rm_score"),
+                     "judge_total": judge.get("total_reward"),
+                     **{f"judge_{d}": v for d, v in (judge.get("scores") or {}).items()}})
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return {key: [row.get(key) for row in rows] for key in columns}
+
+
 def _judged(name: str | None):
     """A reply's judge total (name None) or one dimension's score; None when the judge left it unscored."""
     def get(r):
@@ -117,7 +132,8 @@ def main(params, queries_path: str = "data/queries.jsonl",
         backend = LocalBackend.from_model(model, tokenizer, f"{params.grpo.base_model}+{label}",
                                           params.llm.speaker.batch_size)
         tags = {**git, "policy": label, "evaluation": "true", "reward_model": rm_name,
-                "reward_model_version": str(rm_version), "queries": str(len(queries))}
+                "reward_model_version": str(rm_version), "queries": str(len(queries)),
+                "rubric_aggregate": load_rubric(params.score.rubric).aggregation}
         if label == "grpo":
             tags.update(policy_model=policy["name"], policy_version=policy["version"])
         with mlflow.start_run(experiment_id=exp, run_name=f"eval-{label}-{git['git_commit'][:7]}", tags=tags):
@@ -127,6 +143,9 @@ def main(params, queries_path: str = "data/queries.jsonl",
                                "evaluate.temperature": params.evaluate.temperature,
                                "evaluate.max_tokens": params.evaluate.max_tokens, "score.mode": params.score.mode})
             mlflow.log_metrics({k: v for k, v in metrics.items() if v is not None})
+            # every reply where `mlflow ui` shows tables; the same file name in both runs, to read side by side
+            mlflow.log_table(data=completions_table(replies, {q["query_id"]: q for q in queries}),
+                             artifact_file="evaluate_completions.json")
         results[label] = metrics
         all_replies += [{"policy": label, **r} for r in replies]
     diffs = paired_differences([r for r in all_replies if r["policy"] == "base"],

@@ -135,6 +135,23 @@ def judge_condition(records: list[dict], by_q: dict[str, dict], personas: dict, 
     return metrics, collective_totals(records, group_scores), judged
 
 
+def conversations_table(judged: list[dict], by_q: dict[str, dict]) -> dict[str, list]:
+    """A condition's conversations as table columns: the query, the user's last message, the turns as
+    `speaker: text` lines, whether the Director's directives parsed, the collective total and its dimensions,
+    the group reward model's score."""
+    rows = []
+    for e in judged:
+        collective = e.get("collective") or {}
+        rows.append({"probe": e["query_id"], "prompt": by_q[e["query_id"]]["context"][-1]["content"],
+                     "conversation": "\n".join(f"{t.get('speaker') or t.get('role')}: {t.get('text', '')}"
+                                               for t in e.get("turns", [])),
+                     "valid": e.get("valid"), "collective_total": collective.get("total_reward"),
+                     **{f"collective_{d}": v for d, v in (collective.get("scores") or {}).items()},
+                     "group_reward_model": e.get("group_rm_score")})
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return {key: [row.get(key) for row in rows] for key in columns}
+
+
 def describe_results(results: dict, conditions: list[str], queries: int, agent_turns: int, min_n: int) -> list[str]:
     """The comparison as a table, then each condition against the random Director with its interval."""
     lines = [f"evaluate_group: {queries} held-out conversations per condition, {agent_turns} agent turns each; "
@@ -207,6 +224,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                                "score.mode": params.score.mode})
             mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}
                                | {f"usage_{k}": v for k, v in metrics["speaker_usage"].items()})
+            mlflow.log_table(data=conversations_table(judged, by_q), artifact_file="evaluate_group_conversations.json")
         results[condition] = metrics
         records_all += [{"condition": condition, **e} for e in judged]
     if "random" in totals:

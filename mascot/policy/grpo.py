@@ -3,6 +3,7 @@ reward model the registry's alias points at (plus a format reward), watched by t
 tracked and registered in MLflow."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -14,11 +15,11 @@ from mascot.annotate.score import resolve_prompt_style, score_units
 from mascot.config import GRPOParams
 from mascot.data.personas import load_personas
 from mascot.granularity import REPLY, persona_fields
-from mascot.io import load_jsonl
+from mascot.io import InputError, load_jsonl
 from mascot.launch import is_main_process
 from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
 from mascot.policy.rewards import first_line, make_format_reward, make_reward_model_reward, stop_token_ids
-from mascot.policy.watch import JudgeMemo, Watch, greedy_answers
+from mascot.policy.watch import JudgeMemo, Watch, answers_and_kl
 from mascot.splits import held_out
 
 
@@ -53,14 +54,18 @@ def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dic
                        float(SCORE_CHOICES[0]))
 
     def answer(model, tokenizer):
-        raw = greedy_answers(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature)
+        raw, kl = answers_and_kl(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature)
         # what the reward functions read: a chat reply whole, a transcript reply's first line
         answers = [r.strip() if isinstance(prompt, list) else first_line(r) for r, prompt in zip(raw, prompts)]
         rm = scorer.score([(persona_fields(persona), q["context"], a) for (q, persona), a in zip(probes, answers)])
         cands = [{"candidate_id": f"{q['query_id']}|{persona.name}|watch", "query_id": q["query_id"],
                   "persona": persona.name, "text": a} for (q, persona), a in zip(probes, answers)]
-        return answers, rm, judged(REPLY.judge_units(cands, by_id, personas))
-    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience, params.stats.min_n)
+        units = REPLY.judge_units(cands, by_id, personas)
+        return answers, rm, judged(units), {**kl, "judge_dimensions": judged.dimensions(units)}
+    described = [{"probe": q["query_id"], "persona": persona.name, "prompt": q["context"][-1]["content"]}
+                 for q, persona in probes]
+    return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience, params.stats.min_n,
+                 probes=described, max_kl=w.max_kl)
 
 
 def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
@@ -78,6 +83,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
             "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri,
             "personas": ",".join(sorted({r["persona"] for r in rows})), "base_model": p.base_model,
+            "rubric_aggregate": REPLY.rubric(params).aggregation,
             **registry.base_model_tags(p.base_model)}
     series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean", "reward_std",
                            "frac_reward_zero_std", "completions/clipped_ratio"],

@@ -5,8 +5,12 @@ while it happens, not after.
 At step 0, every `every_steps` steps and at the last step the current policy answers a fixed probe set
 (held-out queries, never trained on; greedy, or
 sampled at a fixed seed with `watch.temperature`), and each answer is scored by the reward model being optimised,
-by the judge on its rubric, and by its length and repetition (distinct-2). At the end a verdict compares the
-last check with step 0, per probe (a paired bootstrap over the probes):
+by the judge on its rubric, by its length and repetition (distinct-2), and by how far the policy has moved: the
+KL of the current policy from the base policy (the adapter off) on the answer's own tokens. With GRPO's default
+beta of 0 TRL loads no reference model and logs no KL, so this is the run's only measure of that distance; the
+judge and the reward model against it are Gao et al.'s picture of over-optimisation (the proxy rises with KL,
+the gold score peaks and falls). At the end a verdict compares the last check with step 0, per probe (a paired
+bootstrap over the probes), and says at which step and KL the judge peaked:
 
 - `too few to tell`: fewer than `stats.min_n` probes or fewer than `watch.min_checks` checks;
 - `not learning`: the reward model's change has an interval reaching 0 or below;
@@ -28,7 +32,7 @@ from mascot.io import write_json
 from mascot.stats import DEFAULT_MIN_N, mean_with_ci, spearman
 
 IMPROVING, OVER, NOT_LEARNING, TOO_FEW = "improving", "over-optimising", "not learning", "too few to tell"
-FIGURES = ("reward_model", "judge", "length", "distinct_2")
+FIGURES = ("reward_model", "judge", "length", "distinct_2", "kl", "kl_token")
 
 
 def distinct_2(text: str) -> float:
@@ -38,18 +42,32 @@ def distinct_2(text: str) -> float:
     return round(len(set(grams)) / len(grams), 4) if grams else 1.0
 
 
-def probe_row(step: int, answers: list[str], rm: list[float], judge: list[float | None]) -> dict:
-    """One check: the per-probe figures and their means."""
+def probe_row(step: int, answers: list[str], rm: list[float], judge: list[float | None],
+              extra: dict[str, list] | None = None) -> dict:
+    """One check: the per-probe figures and their means. `extra` (per probe, where the stage measured them):
+    "kl" (nats per completion), "kl_token" (nats per token) and "judge_dimensions" (the judge's ratings)."""
+    extra = extra or {}
     row = {"step": step, "answers": answers, "reward_model": [None if x is None else round(x, 4) for x in rm],
-           "judge": judge, "length": [len(a.split()) for a in answers], "distinct_2": [distinct_2(a) for a in answers]}
+           "judge": judge, "length": [len(a.split()) for a in answers], "distinct_2": [distinct_2(a) for a in answers],
+           **{k: extra.get(k) or [None] * len(answers) for k in ("kl", "kl_token", "judge_dimensions")}}
     for fig in FIGURES:
         vals = [v for v in row[fig] if v is not None]
         row[f"mean_{fig}"] = round(sum(vals) / len(vals), 4) if vals else None
     return row
 
 
+def judge_peak(checks: list[dict]) -> dict | None:
+    """The check the judge scored best (the first of equals): its step, judge mean and KL from the base policy."""
+    scored = [c for c in checks if c.get("mean_judge") is not None]
+    if not scored:
+        return None
+    best = max(scored, key=lambda c: c["mean_judge"])
+    return {"step": best["step"], "judge": best["mean_judge"], "kl": best.get("mean_kl"),
+            "kl_token": best.get("mean_kl_token")}
+
+
 def _change(first: dict, last: dict, fig: str, min_n: int) -> dict:
-    diffs = [b - a for a, b in zip(first[fig], last[fig]) if a is not None and b is not None]
+    diffs = [b - a for a, b in zip(first.get(fig) or [], last.get(fig) or []) if a is not None and b is not None]
     return mean_with_ci(diffs, min_n=min_n)
 
 
@@ -82,37 +100,49 @@ def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n:
         out.update(verdict=TOO_FEW, why=f"the judge rose {judge['mean']} but its interval [{judge['ci_low']}, "
                                         f"{judge['ci_high']}] reaches 0")
     out["n"] = n
+    peak = out["judge_peak"] = judge_peak(checks)
+    if peak is not None:
+        at = f" (KL from the base policy {peak['kl']} nats a completion)" if peak["kl"] is not None else ""
+        out["why"] += f"; the judge peaked at step {peak['step']} ({peak['judge']}){at}"
     return out
 
 
-def should_stop(checks: list[dict], judge_margin: float, patience: int, min_n: int = DEFAULT_MIN_N) -> bool:
-    """True when the verdict over the checks so far has been over-optimising at each of the last `patience`
-    checks."""
+def should_stop(checks: list[dict], judge_margin: float, patience: int, min_n: int = DEFAULT_MIN_N,
+                max_kl: float | None = None) -> str | None:
+    """Why to stop now, or None: the verdict over the checks so far has been over-optimising at each of the last
+    `patience` checks, or (with `max_kl`) the policy's mean KL from the base policy has passed `max_kl`."""
+    last = checks[-1] if checks else {}
+    if max_kl is not None and last.get("mean_kl") is not None and last["mean_kl"] > max_kl:
+        return f"the KL from the base policy {last['mean_kl']} passed watch.max_kl {max_kl}"
     if len(checks) < patience + 1:
-        return False
-    return all(verdict(checks[: k + 1], judge_margin, 2, min_n)["verdict"] == OVER
-               for k in range(len(checks) - patience, len(checks)))
+        return None
+    if all(verdict(checks[: k + 1], judge_margin, 2, min_n)["verdict"] == OVER
+           for k in range(len(checks) - patience, len(checks))):
+        return f"over-optimising for {patience} checks"
+    return None
 
 
 def write_csv(checks: list[dict], path: str | Path) -> None:
-    """One row per check: step and the mean of each figure (`dvc plots`: reward model, judge, length by step)."""
+    """One row per check: step and the mean of each figure (`dvc plots`: reward model, judge, length and KL by
+    step; judge and reward model against KL)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["step", *[f"mean_{f}" for f in FIGURES]])
         for c in checks:
-            writer.writerow([c["step"], *[c[f"mean_{f}"] for f in FIGURES]])
+            writer.writerow([c["step"], *[c.get(f"mean_{f}") for f in FIGURES]])
 
 
 def plot_png(checks: list[dict], result: dict, path: str | Path, title: str) -> None:
-    """The watch as one picture: reward model, judge and length by step, the verdict in the title."""
+    """The watch as one picture: reward model, judge and length by step, then judge and reward model against
+    the KL from the base policy (where it was measured), the verdict in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     steps = [c["step"] for c in checks]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.4))
     # a minimum span per axis, so that a change of a thousandth of a judge point does not fill the panel
     panels = (("reward_model", "reward model (mean over probes)", 0.5), ("judge", "judge total (1-5)", 0.5),
               ("length", "words per answer", 4.0))
@@ -125,6 +155,18 @@ def plot_png(checks: list[dict], result: dict, path: str | Path, title: str) -> 
             ax.set_ylim(mid - span / 2, mid + span / 2)
         ax.set_xlabel("step")
         ax.set_title(label, fontsize=9)
+    kl = [c.get("mean_kl") for c in checks]
+    ax = axes[3]
+    if all(v is not None for v in kl):
+        ax.plot(kl, [c["mean_judge"] for c in checks], marker="o", color="tab:blue", label="judge")
+        ax.set_ylabel("judge total", color="tab:blue", fontsize=8)
+        twin = ax.twinx()
+        twin.plot(kl, [c["mean_reward_model"] for c in checks], marker="s", color="tab:orange", label="reward model")
+        twin.set_ylabel("reward model", color="tab:orange", fontsize=8)
+        ax.set_xlabel("KL from the base policy (nats per completion)")
+    else:
+        ax.text(0.5, 0.5, "KL not measured", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title("judge and reward model against KL", fontsize=9)
     n = result.get("n")
     fig.suptitle(f"{title}: {result['verdict']} (n={n} probes, {len(checks)} checks)", fontsize=10)
     fig.tight_layout()
@@ -138,7 +180,10 @@ def flat_metrics(result: dict) -> dict:
     out = {"watch_verdict": result["verdict"], "watch_why": result.get("why"), "watch_checks": result["checks"],
            "watch_n": result.get("n"), "watch_rm_judge_spearman": result.get("rm_judge_spearman"),
            "watch_stopped_early": result.get("stopped_early", False), "watch_stopped_at_step": result.get("stopped_at_step"),
-           "watch_kept_step": result.get("kept_step")}
+           "watch_kept_step": result.get("kept_step"), "watch_stop_reason": result.get("stop_reason")}
+    peak = result.get("judge_peak") or {}
+    out.update(watch_judge_peak_step=peak.get("step"), watch_judge_peak=peak.get("judge"),
+               watch_judge_peak_kl=peak.get("kl"))
     for fig, ch in (result.get("change") or {}).items():
         out.update({f"watch_{fig}_change": ch["mean"], f"watch_{fig}_change_ci_low": ch["ci_low"],
                     f"watch_{fig}_change_ci_high": ch["ci_high"]})
@@ -153,7 +198,8 @@ def log_check(row: dict) -> None:
         mlflow.log_metrics({f"watch/{k[5:]}": v for k, v in row.items() if k.startswith("mean_") and v is not None},
                            step=row["step"])
     print(f"watch: step {row['step']}: reward model {row['mean_reward_model']}, judge {row['mean_judge']}, "
-          f"words {row['mean_length']}, distinct-2 {row['mean_distinct_2']} ({len(row['answers'])} probes)", flush=True)
+          f"words {row['mean_length']}, distinct-2 {row['mean_distinct_2']}, KL {row.get('mean_kl')} "
+          f"({len(row['answers'])} probes)", flush=True)
 
 
 class JudgeMemo:
@@ -163,23 +209,32 @@ class JudgeMemo:
     that failed gives None (left out of the paired change)."""
 
     def __init__(self, score_units, floor: float):
-        self.score_units, self.floor, self.totals = score_units, floor, {}
+        self.score_units, self.floor, self.totals, self.ratings = score_units, floor, {}, {}
 
     def __call__(self, units: list[dict]) -> list[float | None]:
         new = [u for item, u in {u["item"]: u for u in units if not u.get("skip")}.items() if item not in self.totals]
         for unit, record in zip(new, self.score_units(new) if new else []):
             self.totals[unit["item"]] = record["total_reward"] if record["status"] == "scored" else None
+            self.ratings[unit["item"]] = record.get("scores") if record["status"] == "scored" else None
         return [self.floor if u.get("skip") else self.totals[u["item"]] for u in units]
+
+    def dimensions(self, units: list[dict]) -> list[dict | None]:
+        """The judge's ratings of each unit (None where it was not judged), after a call with the same units."""
+        return [None if u.get("skip") else self.ratings.get(u["item"]) for u in units]
 
 
 class Watch:
-    """The checks of one run. `answer(model, tokenizer) -> (answers, rm_scores, judge_scores)` is the stage's
-    own probe (a speaker's replies, or a Director's directives rolled forward)."""
+    """The checks of one run. `answer(model, tokenizer) -> (answers, rm_scores, judge_scores[, extra])` is the
+    stage's own probe (a speaker's replies, or a Director's directives rolled forward); `extra` holds per-probe
+    lists (probe_row). `probes` describe each probe for the completions table (probe, persona, prompt);
+    `max_kl` stops training once the policy's mean KL from the base policy passes it (None: never)."""
 
     def __init__(self, answer, every_steps: int, judge_margin: float, stop_when_over_optimising: bool = False,
-                 patience: int = 2, min_n: int = DEFAULT_MIN_N, log=log_check):
+                 patience: int = 2, min_n: int = DEFAULT_MIN_N, log=log_check, probes: list[dict] | None = None,
+                 max_kl: float | None = None):
         self.answer, self.every_steps, self.judge_margin = answer, every_steps, judge_margin
         self.stop, self.patience, self.min_n, self.log = stop_when_over_optimising, patience, min_n, log
+        self.probes, self.max_kl, self.stop_reason = probes or [], max_kl, None
         self.checks: list[dict] = []
         self.best: tuple[float, int, dict] | None = None  # (judge mean, step, adapter weights)
         self.stopped_at: int | None = None
@@ -191,10 +246,10 @@ class Watch:
         model.eval()
         try:
             with torch.no_grad():
-                answers, rm, judge = self.answer(model, tokenizer)
+                answers, rm, judge, *extra = self.answer(model, tokenizer)
         finally:
             model.train(was_training)
-        row = probe_row(step, answers, rm, judge)
+        row = probe_row(step, answers, rm, judge, extra[0] if extra else None)
         self.checks.append(row)
         if row["mean_judge"] is not None and (self.best is None or row["mean_judge"] > self.best[0]):
             from peft import get_peft_model_state_dict
@@ -213,6 +268,7 @@ class Watch:
         from safetensors.torch import save_file
 
         write_json(Path(folder) / self.STATE_FILE, {"checks": self.checks, "stopped_at": self.stopped_at,
+                                                    "stop_reason": self.stop_reason,
                                                     "best": self.best[:2] if self.best else None})
         if self.best:
             save_file({k: v.contiguous() for k, v in self.best[2].items()}, str(Path(folder) / self.BEST_FILE))
@@ -224,6 +280,7 @@ class Watch:
             return False
         state = json.loads(state_file.read_text())
         self.checks, self.stopped_at = state["checks"], state["stopped_at"]
+        self.stop_reason = state.get("stop_reason")
         if state["best"]:
             from safetensors.torch import load_file
 
@@ -250,8 +307,11 @@ class Watch:
                 if state.global_step % watch.every_steps and not last:
                     return
                 watch.check(model, processing_class, state.global_step)
-                if watch.stop and not last and should_stop(watch.checks, watch.judge_margin, watch.patience, watch.min_n):
-                    watch.stopped_at = state.global_step
+                if last:
+                    return
+                why = should_stop(watch.checks, watch.judge_margin, watch.patience, watch.min_n, watch.max_kl)
+                if why and (watch.stop or why.startswith("the KL")):
+                    watch.stopped_at, watch.stop_reason = state.global_step, why
                     control.should_training_stop = True
 
             def on_train_end(self, args, state, control, model=None, processing_class=None, **kw):
@@ -274,7 +334,24 @@ class Watch:
         out["stopped_early"] = self.stopped_at is not None
         out["stopped_at_step"] = self.stopped_at
         out["kept_step"] = self.best[1] if self.stopped_at is not None and self.best else None
+        out["stop_reason"] = self.stop_reason
         return out
+
+    def completions(self) -> dict[str, list]:
+        """Every probe answer of every check with its figures: the MLflow table of the run (columns)."""
+        rows = []
+        for c in self.checks:
+            for k, answer in enumerate(c["answers"]):
+                probe = self.probes[k] if k < len(self.probes) else {}
+                dims = (c.get("judge_dimensions") or [None] * len(c["answers"]))[k] or {}
+                rows.append({"step": c["step"], "probe": probe.get("probe", k), "persona": probe.get("persona"),
+                             "prompt": probe.get("prompt"), "completion": answer,
+                             "reward_model": c["reward_model"][k], "judge_total": c["judge"][k],
+                             **{f"judge_{d}": v for d, v in dims.items()},
+                             "kl": (c.get("kl") or [None] * len(c["answers"]))[k],
+                             "kl_token": (c.get("kl_token") or [None] * len(c["answers"]))[k]})
+        columns = list(dict.fromkeys(key for r in rows for key in r))
+        return {key: [r.get(key) for r in rows] for key in columns}
 
     def report(self, stage: str, csv_path: str | Path) -> tuple[dict, dict]:
         """(the verdict, its flat metrics), after writing the checks (CSV for `dvc plots`, every probe answer as
@@ -287,6 +364,8 @@ class Watch:
         plot_png(self.checks, result, csv_path.with_suffix(".png"), f"{stage} watch")
         mlflow.log_artifact(str(csv_path.with_name("watch_checks.json")))
         mlflow.log_artifact(str(csv_path.with_suffix(".png")))
+        if self.checks:  # every probe answer where `mlflow ui` shows tables, comparable across runs
+            mlflow.log_table(data=self.completions(), artifact_file="watch_completions.json")
         mlflow.set_tags({"watch_verdict": result["verdict"]})
         return result, flat_metrics(result)
 
@@ -294,6 +373,15 @@ class Watch:
 def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, temperature: float = 0.0) -> list[str]:
     """The policy's greedy continuation of each prompt (text, or messages through the chat template); with a
     temperature above 0, a sample at a fixed seed (the same draws at every check: only the policy changes)."""
+    return answers_and_kl(model, tokenizer, prompts, max_new_tokens, temperature, kl=False)[0]
+
+
+def answers_and_kl(model, tokenizer, prompts: list, max_new_tokens: int, temperature: float = 0.0,
+                   kl: bool = True) -> tuple[list[str], dict[str, list]]:
+    """`greedy_answers`, and (with `kl`) how far each answer's policy is from the base policy: per probe, the KL
+    of the current policy from the adapter-free model (PEFT's disable_adapter: no second copy in memory), exact
+    over the vocabulary at each position of the answer's own tokens, summed over the answer ("kl", nats per
+    completion) and averaged ("kl_token"). A model without an adapter to switch off gives None."""
     import torch
 
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if isinstance(p, list) else p
@@ -313,4 +401,27 @@ def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, tempera
         sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else \
             {"do_sample": False}
         out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
-    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    width = enc["input_ids"].shape[1]
+    answers = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    if not kl or not hasattr(model, "disable_adapter"):
+        return answers, {}
+    stops = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    per_completion, per_token = [], []
+    for row, mask in zip(out, enc["attention_mask"]):
+        completion = row[width:].tolist()
+        # the answer's own tokens: up to and with the first stop token (what follows is padding)
+        n = next((k + 1 for k, tok in enumerate(completion) if tok in stops), len(completion))
+        start = width - int(mask.sum())  # left padding of this prompt
+        ids = row[start:width + n].unsqueeze(0)
+        if n == 0:
+            per_completion.append(0.0)
+            per_token.append(0.0)
+            continue
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=native_bf16()):
+            policy = model(input_ids=ids).logits[0, -n - 1:-1].float().log_softmax(-1)
+            with model.disable_adapter():
+                base = model(input_ids=ids).logits[0, -n - 1:-1].float().log_softmax(-1)
+        kl_positions = (policy.exp() * (policy - base)).sum(-1).clamp(min=0)
+        per_completion.append(round(float(kl_positions.sum()), 5))
+        per_token.append(round(float(kl_positions.mean()), 6))
+    return answers, {"kl": per_completion, "kl_token": per_token}

@@ -213,7 +213,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
         return
     exp = registry.experiment_id(getattr(params.mlflow, g.rm_experiment), params.mlflow.artifact_root)
     lineage = {**registry.lineage_tags(pairs_path, p.base_model, g.template_hash),
-               "granularity": granularity}
+               "granularity": granularity, "rubric_aggregate": g.rubric(params).aggregation}
     run_name = (f"{g.rm_label}-rm-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-"
                 f"{lineage['git_commit'][:7]}")
     out, plots = Path(out_dir), Path(plots_dir)

@@ -3,6 +3,7 @@ its command line (the database URI goes in the environment)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import secrets
 import urllib.error
 from urllib.parse import quote

@@ -36,13 +36,13 @@ def scores_frame(scores: list[dict], units: list[dict], g: Granularity = REPLY, 
         dims = s.get("scores") or {}
         for d in dimensions:
             row[d] = dims.get(d)
-        if s["status"] == "scored":
-            mean = sum(dims.get(d, 0) for d in dimensions) / len(dimensions)
-            row["total_minus_mean"] = (s["total_reward"] or 0) - mean
+        if s["status"] == "scored":  # the total is the rubric's aggregation of its dimensions (mean, min, weighted)
+            row["total_minus_aggregate"] = (s["total_reward"] or 0) - (rubric or g.rubric()).total(
+                {d: dims.get(d, 0) for d in dimensions})
             row["scored_text_chars"] = len(text_by_id.get(s[g.unit_id], "").strip())
         rows.append(row)
     return pd.DataFrame(rows, columns=[g.unit_id, "status", "total_reward", "unscored_reason",
-                                       "unit_exists", *dimensions, "total_minus_mean", "scored_text_chars"])
+                                       "unit_exists", *dimensions, "total_minus_aggregate", "scored_text_chars"])
 
 
 def scores_suite(df: pd.DataFrame, g: Granularity = REPLY, rubric=None) -> list:
@@ -56,7 +56,7 @@ def scores_suite(df: pd.DataFrame, g: Granularity = REPLY, rubric=None) -> list:
         *[gxe.ExpectColumnValuesToBeBetween(column=d, min_value=1, max_value=5, **scored) for d in dimensions],
         *[gxe.ExpectColumnValuesToNotBeNull(column=d, **scored) for d in dimensions],
         gxe.ExpectColumnValuesToBeBetween(column="total_reward", min_value=1, max_value=5, **scored),
-        gxe.ExpectColumnValuesToBeBetween(column="total_minus_mean", min_value=-TOL, max_value=TOL, **scored),
+        gxe.ExpectColumnValuesToBeBetween(column="total_minus_aggregate", min_value=-TOL, max_value=TOL, **scored),
         gxe.ExpectColumnValuesToBeBetween(column="scored_text_chars", min_value=1, **scored),
         gxe.ExpectColumnValuesToNotBeNull(column="unscored_reason", **unscored),
     ]
