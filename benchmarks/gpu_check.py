@@ -128,6 +128,9 @@ def main() -> int:
         return config
     engine.grpo_config = unlogged_config
     lora_gpu = {"gradient_checkpointing": True} if on_gpu else {}  # the real profile's GPU settings (trainer_args)
+    # both policy stages' block: chat prompts, 4 completions of 2 prompts a step, a fast learning rate
+    policy_block = dict(base_model=str(model_dir), prompt_style="chat", num_generations=4, prompts_per_step=2,
+                        max_steps=args.steps, learning_rate=1e-3, trainer_args=lora_gpu)
 
     def reward_model():
         from mascot.reward.scorer import RewardScorer
@@ -151,9 +154,7 @@ def main() -> int:
         from mascot.policy.rewards import make_format_reward, make_reward_model_reward, stop_token_ids
         from mascot.policy.watch import Watch, answers_and_kl
 
-        params = GRPOParams(base_model=str(model_dir), prompt_style="chat", num_generations=4, prompts_per_step=2,
-                            max_completion_length=32, max_steps=args.steps, learning_rate=1e-3,
-                            trainer_args=lora_gpu)
+        params = GRPOParams(**policy_block, max_completion_length=32)
         rows = [{"prompt": speaker_prompt(personas[p], q["context"], "chat")[0], "query_id": q["query_id"],
                  "persona": p, "context": json.dumps(q["context"])} for q in queries for p in [list(personas)[0]]]
         rewards = [make_reward_model_reward(state["scorer"], personas), make_format_reward(stop_token_ids(str(model_dir)))]
@@ -182,9 +183,7 @@ def main() -> int:
         from mascot.policy.engine import build_trainer
         from mascot.reward.scorer import RewardScorer
 
-        params = DirectorParams(base_model=str(model_dir), prompt_style="chat", num_generations=4, prompts_per_step=2,
-                                max_completion_length=24, max_steps=args.steps, learning_rate=1e-3,
-                                trainer_args=lora_gpu)
+        params = DirectorParams(**policy_block, max_completion_length=24)
         rows = [{"prompt": director_prompt(personas, q["context"], [], "chat", prefill=False)[0],
                  "query_id": q["query_id"], "context": json.dumps(q["context"]), "turns": "[]",
                  "previous_speaker": ""} for q in queries]

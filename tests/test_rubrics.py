@@ -39,13 +39,19 @@ def test_the_shipped_rubrics_load_from_their_files():
     (lambda r: r.pop("strictness"), ["strictness", "Field required"]),
 ])
 def test_a_bad_rubric_file_names_the_file_and_the_key(tmp_path, edit, words):
+    path, error = refused(tmp_path, edit)
+    assert str(path) in error and all(w in error for w in words), error
+
+
+def refused(tmp_path, edit) -> tuple:
+    """The shipped-shape rubric THIRD, edited, written and loaded: (its path, the error it was refused with)."""
     raw = yaml.safe_load(yaml.safe_dump(THIRD))
     edit(raw)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(RubricError) as err:
         load_rubric(path)
-    assert str(path) in str(err.value) and all(w in str(err.value) for w in words), str(err.value)
+    return path, str(err.value)
 
 
 class DigitJudge:
@@ -140,13 +146,8 @@ def test_mascot_llm_has_no_import_circle():
     (lambda r: r.update(aggregate="median"), ["aggregate", "'mean', 'min' or 'weighted'"]),
 ])
 def test_a_bad_aggregation_names_the_key(tmp_path, edit, words):
-    raw = yaml.safe_load(yaml.safe_dump(THIRD))
-    edit(raw)
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(RubricError) as err:
-        load_rubric(path)
-    assert all(w in str(err.value) for w in words), str(err.value)
+    _, error = refused(tmp_path, edit)
+    assert all(w in error for w in words), error
 
 
 def test_the_rubric_file_says_how_its_dimensions_combine_and_scores_pairs_and_the_gate_follow(tmp_path, personas):
