@@ -53,14 +53,9 @@ GATE_OFF = {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline"
 
 
 def merge_params(work: Path, blocks: dict) -> None:
-    from ruamel.yaml import YAML
+    from mascot.profiles import merge_params as merge_into
 
-    from mascot.profiles import deep_merge
-
-    yaml = YAML()
-    params = yaml.load((work / "params.yaml").read_text())
-    with open(work / "params.yaml", "w") as f:
-        yaml.dump(deep_merge(params, blocks), f)
+    merge_into(work / "params.yaml", blocks, "the control's blocks")
 
 
 def run(cmd: str, work: Path, env: dict) -> float:

@@ -118,15 +118,6 @@ def main() -> int:
     model_dir = work / "tiny"
     state: dict = {}
     steps.run("build the tiny models", lambda: build_tiny_model(model_dir, lines))
-    from mascot.policy import engine
-
-    stage_config = engine.grpo_config
-
-    def unlogged_config(*a, **k):  # the stages' GRPOConfig, minus its MLflow run: this check logs nowhere
-        config = stage_config(*a, **k)
-        config.report_to = []
-        return config
-    engine.grpo_config = unlogged_config
     lora_gpu = {"gradient_checkpointing": True} if on_gpu else {}  # the real profile's GPU settings (trainer_args)
     # both policy stages' block: chat prompts, 4 completions of 2 prompts a step, a fast learning rate
     policy_block = dict(base_model=str(model_dir), prompt_style="chat", num_generations=4, prompts_per_step=2,
@@ -158,7 +149,7 @@ def main() -> int:
         rows = [{"prompt": speaker_prompt(personas[p], q["context"], "chat")[0], "query_id": q["query_id"],
                  "persona": p, "context": json.dumps(q["context"])} for q in queries for p in [list(personas)[0]]]
         rewards = [make_reward_model_reward(state["scorer"], personas), make_format_reward(stop_token_ids(str(model_dir)))]
-        trainer, tokenizer = build_trainer(rows, rewards, [1.0, 0.5], params, work / "grpo-ckpt")
+        trainer, tokenizer = build_trainer(rows, rewards, [1.0, 0.5], params, work / "grpo-ckpt", report_to=())  # logs nowhere
         base_dtype = next(p for n, p in trainer.model.named_parameters() if "lora" not in n).dtype
         result = trainer.train()
         probes = rows[:8]
@@ -193,7 +184,8 @@ def main() -> int:
 
         speaker_backend = LocalBackend.from_model(speaker_model, AutoTokenizer.from_pretrained(model_dir), "tiny", 8)
         rewards = make_director_rewards(group_rm, speaker_backend, personas, params, Sampling(1.0, 1.0, 16, 0))
-        trainer, _ = build_trainer(rows, rewards, [1.0, 1.0, 0.2], params, work / "director-ckpt")
+        trainer, _ = build_trainer(rows, rewards, [1.0, 1.0, 0.2], params, work / "director-ckpt",
+                                   report_to=())
         result = trainer.train()
         fmt = [h.get("rewards/directive_format/mean") for h in trainer.state.log_history if "reward" in h]
         return f"{result.global_step} steps, directive format by step {fmt}"

@@ -275,9 +275,13 @@ class ValidateParams(Block):
 
 
 class ValidateGroupParams(Block):
-    """Stage 2's gate: the collective judge's own bar (judge_check_group's accuracies); the other bars and the
+    """Stage 2's gate: the collective judge's own bar (judge_check_group's accuracies) and, where set, its own
+    split sizes (block pairs are far fewer than reply pairs); null takes validate's. The other bars and the
     stop/warn level (judge_gate, judge_bar_on) are validate's."""
     min_judge_accuracy: float = Field(0.5, ge=0, le=1)
+    min_train_pairs: int | None = Field(None, ge=0)
+    min_eval_pairs: int | None = Field(None, ge=0)
+    min_heldout_queries: int | None = Field(None, ge=0)
 
 
 class MlflowParams(Block):

@@ -64,6 +64,12 @@ class Granularity:
     def min_judge_accuracy(self, params) -> float:
         return params_block(params, self.judge_gate_block).min_judge_accuracy
 
+    def split_limits(self, params) -> dict[str, int]:
+        """Each split's bar: the gate block's own where it sets one (validate_group may), else validate's."""
+        own, shared = params_block(params, self.judge_gate_block), params.validate_
+        return {name: getattr(shared, name) if getattr(own, name, None) is None else getattr(own, name)
+                for name in ("min_train_pairs", "min_eval_pairs", "min_heldout_queries")}
+
     # ---- what the judge and the reward model read (one per granularity) ----
     def judge_units(self, records: list[dict], queries: dict[str, dict], personas: dict) -> list[dict]:
         raise NotImplementedError

@@ -92,6 +92,13 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
     return count
 
 
+def columns_of(rows: list[dict]) -> dict[str, list]:
+    """Rows as columns (what `mlflow.log_table` takes): every key any row has, in first-seen order; a row
+    without a key gets None there."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return {key: [row.get(key) for row in rows] for key in columns}
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

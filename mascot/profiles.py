@@ -23,10 +23,14 @@ def apply_profile(name: str, params_path: str | Path = "params.yaml", profiles_d
     if not profile_path.exists():
         known = ", ".join(sorted(p.stem for p in Path(profiles_dir).glob("*.yaml")))
         raise ConfigError(f"{profile_path}: no such profile (known: {known})")
+    merge_params(params_path, YAML(typ="safe").load(profile_path.read_text()) or {}, str(profile_path))
+
+
+def merge_params(params_path: str | Path, blocks: dict, source: str = "the blocks given") -> None:
+    """Merge `blocks` into params.yaml, keeping its comments; the result is validated before it is written."""
     yaml = YAML()
-    params = yaml.load(Path(params_path).read_text())
-    merged = deep_merge(params, YAML(typ="safe").load(profile_path.read_text()) or {})
-    parse_params(YAML(typ="safe").load(_dump(yaml, merged)), f"{params_path} + {profile_path}")
+    merged = deep_merge(yaml.load(Path(params_path).read_text()), blocks)
+    parse_params(YAML(typ="safe").load(_dump(yaml, merged)), f"{params_path} + {source}")
     Path(params_path).write_text(_dump(yaml, merged))
 
 

@@ -31,12 +31,9 @@ def _metrics(work, name: str) -> dict:
 
 def _set_params(work, blocks: dict) -> None:
     """Merge `blocks` into the repo's params.yaml (a gate's settings, as a user would edit them)."""
-    from mascot.profiles import deep_merge
+    from mascot.profiles import merge_params
 
-    yaml = YAML()
-    params = yaml.load((work / "params.yaml").read_text())
-    with open(work / "params.yaml", "w") as f:
-        yaml.dump(deep_merge(params, blocks), f)
+    merge_params(work / "params.yaml", blocks, "the test's blocks")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mascot.annotate.director import DirectiveError, block_messages, parse_directive
+from mascot.annotate.director import DirectiveError, parse_directive
 from mascot.annotate.episodes import (Branch, DirectorPerBranch, LLMDirector, Sampling, ScriptedDirector,
                                       episode_metrics, generate_episodes, roll_forward)
 from mascot.annotate.rubric import COLLECTIVE, PERSONA

@@ -1,10 +1,5 @@
 """End to end in a real DVC repository: the whole chain on tiny models, then what reruns when."""
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 

@@ -1,7 +1,5 @@
 import json
 
-import pytest
-
 from mascot.config import GRPOParams, PolicyLoraParams
 from mascot.policy.engine import train_policy
 from mascot.policy.grpo import grpo_prompts

@@ -72,7 +72,6 @@ def test_promotion_gate():
 def test_train_changes_lora_and_head_and_reloads_identically(tiny_model_dir, personas, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")  # HF's callback logs here
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer
 
     params = TrainRMParams(base_model=str(tiny_model_dir), batch_size=2, gradient_accumulation_steps=1,
                            learning_rate=5e-3, epochs=2, max_length=512, eval_steps=2, checkpoint_steps=1000,

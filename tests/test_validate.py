@@ -298,3 +298,25 @@ def test_the_gate_core_decides_on_data_in_memory_and_warn_lets_the_judge_through
     warned = params.model_copy(update={"validate_": v.model_copy(update={"judge_gate": "warn"})})
     _, _, failed, warning, ok = gate(warned, REPLY, *dataset(), weak, counts)
     assert ok and "cannot be told from chance: human reply > off-topic 0.55" in warning
+
+
+def test_stage_two_has_its_own_split_bars_and_null_takes_stage_ones():
+    """Block pairs are far fewer than reply pairs: validate_group may set its own split sizes; where it does
+    not, validate's hold, and the failing figure's hint names the block that set the bar."""
+    from mascot.config import load_params
+    from mascot.granularity import BLOCK, REPLY
+
+    params = load_params("params.yaml")
+    shared = params.validate_.model_copy(update={"min_train_pairs": 150, "min_eval_pairs": 20,
+                                                 "min_heldout_queries": 40})
+    params = params.model_copy(update={"validate_": shared})
+    assert BLOCK.split_limits(params) == REPLY.split_limits(params) == {
+        "min_train_pairs": 150, "min_eval_pairs": 20, "min_heldout_queries": 40}
+    own = params.validate_group.model_copy(update={"min_train_pairs": 20, "min_heldout_queries": 0})
+    params = params.model_copy(update={"validate_group": own})
+    assert BLOCK.split_limits(params) == {"min_train_pairs": 20, "min_eval_pairs": 20, "min_heldout_queries": 0}
+    assert REPLY.split_limits(params)["min_train_pairs"] == 150
+    results, _ = validate_data(*dataset(), margin=0.5, min_pairs=1, split_counts={"heldout_queries": 5},
+                               split_limits=BLOCK.split_limits(params))  # reply-shaped rows, stage 2's bars
+    text = summary(results, BLOCK)
+    assert "train_pairs" in text and "bar: validate_group.min_train_pairs" in text and "group_pairs." in text

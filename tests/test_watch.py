@@ -33,7 +33,7 @@ def test_too_few_probes_or_checks_is_too_few_to_tell():
 
 def test_early_stop_waits_for_patience_checks():
     assert not should_stop(checks_of([0.0, 1.0], [3.0, 2.0]), 0.05, patience=2)
-    assert should_stop(checks_of([0.0, 1.0, 2.0], [3.0, 2.0, 1.5]), 0.05, patience=2)
+    assert should_stop(checks_of([0.0, 1.0, 2.0], [3.0, 2.0, 1.5]), 0.05, patience=2).kind == "over_optimising"
     assert not should_stop(checks_of([0.0, 1.0, 2.0], [3.0, 2.0, 3.9]), 0.05, patience=2)
 
 
@@ -53,7 +53,7 @@ def fp32_watch(monkeypatch):
 def length_paying_setup(tiny_model_dir, tmp_path, **watch):
     """A deliberately hackable reward (it pays for the first line's length) and a judge that wants concise
     replies: GRPO makes the replies longer, and the watch sees the reward rise while the judge falls."""
-    from mascot.config import LoraParams, WatchParams, parse_params
+    from mascot.config import WatchParams, parse_params
     from mascot.policy.rewards import first_line
     from mascot.policy.watch import Watch, answers_and_kl
 
@@ -192,5 +192,62 @@ def test_the_judge_peak_and_a_kl_stop_are_pure_functions_of_the_checks():
     for c, kl in zip(checks, [0.0, 0.4, 1.2]):
         c["mean_kl"] = kl
     assert judge_peak(checks) == {"step": 1, "judge": checks[1]["mean_judge"], "kl": 0.4, "kl_token": None}
-    assert should_stop(checks, 0.05, patience=5, max_kl=1.0).startswith("the KL from the base policy 1.2")
+    why = should_stop(checks, 0.05, patience=5, max_kl=1.0)
+    assert why.kind == "kl" and why.words.startswith("the KL from the base policy 1.2")
     assert should_stop(checks, 0.05, patience=5, max_kl=2.0) is None
+
+
+def test_a_saved_history_from_before_kl_is_padded_at_load_and_tabled(tmp_path):
+    """A checkpoint's watch state written before the watch measured KL and the judge's dimensions loads with
+    None per probe there, so the completions table has every column for every check."""
+    from mascot.policy.watch import Watch
+
+    old = [{k: v for k, v in c.items() if k not in ("kl", "kl_token", "judge_dimensions")}
+           for c in checks_of([0.0, 1.0], [3.0, 3.2], n=3)]
+    (tmp_path / Watch.STATE_FILE).write_text(json.dumps({"checks": old, "stopped_at": None, "best": None}))
+    watch = Watch(None, 1, 0.05, probes=[{"probe": f"q{k}", "persona": "The Anchor", "prompt": "hi"} for k in range(3)])
+    assert watch.load_from(tmp_path)
+    new = probe_row(2, ["a reply"] * 3, [2.0] * 3, [3.4] * 3, {"kl": [0.1, 0.2, 0.3]})
+    watch.checks.append(new)
+    table = watch.completions()
+    assert table["step"] == [0, 0, 0, 1, 1, 1, 2, 2, 2] and table["probe"][:3] == ["q0", "q1", "q2"]
+    assert table["kl"] == [None] * 6 + [0.1, 0.2, 0.3] and len(table["kl_token"]) == 9
+
+
+def test_the_kl_of_a_batch_of_left_padded_probes_is_each_probes_kl_alone(tiny_model_dir):
+    """The watch's KL runs probes in batches (left-padded prompts of different lengths, answers that stop at
+    different tokens): each probe's figure is the one it gets alone; an adapter that is zero gives 0."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mascot.policy.watch import _kl_from_base, answers_and_kl
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(task_type="CAUSAL_LM", r=4, target_modules=["q_proj", "v_proj"])).eval()
+    prompts = ["Person: hi.\nThe Anchor:", "Person: I lost my job and I do not know what to do next.\nThe Anchor:",
+               "Person: my sister is ill, and the doctors say little.\nThe Catalyst:"]
+    with torch.no_grad():
+        assert answers_and_kl(model, tokenizer, prompts, 8)[1]["kl"] == [0.0] * 3  # LoRA's B starts at zero
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0, 0.5)
+        assert all(k > 0 for k in answers_and_kl(model, tokenizer, prompts, 8)[1]["kl"])
+        # the batch as generate leaves it: prompts padded on the left, answers of 6, 2 and 4 tokens, then padding
+        prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
+        lengths, width, longest = [6, 2, 4], max(map(len, prompt_ids)), 6
+        answer_ids = torch.randint(5, tokenizer.vocab_size, (3, longest))
+        pad = tokenizer.pad_token_id
+        rows = [[pad] * (width - len(ids)) + ids + answer_ids[k, :lengths[k]].tolist() + [pad] * (longest - lengths[k])
+                for k, ids in enumerate(prompt_ids)]
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+        batched = _kl_from_base(model, torch.tensor(rows), mask, width, lengths)
+        alone = [_kl_from_base(model, torch.tensor([ids + answer_ids[k, :lengths[k]].tolist()]),
+                               torch.ones(1, len(ids), dtype=torch.long), len(ids), [lengths[k]])
+                 for k, ids in enumerate(prompt_ids)]
+    assert all(k > 0 for k in batched[0])
+    assert batched[0] == pytest.approx([a[0][0] for a in alone], rel=1e-3, abs=1e-4)
+    assert batched[1] == pytest.approx([a[1][0] for a in alone], rel=1e-3, abs=1e-5)

@@ -27,8 +27,8 @@ from mascot.trainer_args import build_config
 
 
 def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int, reward_weights: list[float],
-                on_gpu: bool):
-    """TRL's GRPOConfig from the block, with its trainer_args on top."""
+                on_gpu: bool, report_to: tuple[str, ...] = ("mlflow",)):
+    """TRL's GRPOConfig from the block, with its trainer_args on top; `report_to` () for a check that logs nowhere."""
     return build_config("grpo", dict(
         output_dir=str(checkpoint_dir), per_device_train_batch_size=per_device_batch,
         num_generations=params.num_generations, max_completion_length=params.max_completion_length,
@@ -36,7 +36,7 @@ def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int,
         temperature=params.temperature, reward_weights=list(reward_weights),
         logging_steps=1, save_strategy="steps", save_steps=params.checkpoint_steps, save_total_limit=2,
         seed=params.seed, use_cpu=not on_gpu,
-        bf16=precision.native_bf16(), gradient_checkpointing=on_gpu, report_to=["mlflow"],
+        bf16=precision.native_bf16(), gradient_checkpointing=on_gpu, report_to=list(report_to),
         dataloader_num_workers=0, disable_dropout=True, ddp_find_unused_parameters=False), params.trainer_args)
 
 
@@ -62,7 +62,8 @@ def head_on_completions_only() -> None:
 
 
 def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
-                  checkpoint_dir: Path, callbacks: list | None = None, dtype=None):
+                  checkpoint_dir: Path, callbacks: list | None = None, dtype=None,
+                  report_to: tuple[str, ...] = ("mlflow",)):
     """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
     benchmarks/grpo_step.py times it). The frozen base in `dtype` (default: bf16 where native,
     mascot/precision.py), the LoRA weights in fp32 (PEFT keeps an adapter fp32 on a bf16 base)."""
@@ -86,7 +87,7 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
     if per_step % world_size():
         raise InputError(f"prompts_per_step x num_generations = {per_step} completions a step do not split over "
                          f"{world_size()} processes; make it a multiple of num_processes")
-    config = grpo_config(params, checkpoint_dir, per_step // world_size(), reward_weights, on_gpu)
+    config = grpo_config(params, checkpoint_dir, per_step // world_size(), reward_weights, on_gpu, report_to)
     lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=reward_funcs,

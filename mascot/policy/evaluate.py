@@ -16,7 +16,7 @@ from mascot.annotate.score import resolve_prompt_style, score_candidates
 from mascot.config import GenerateParams
 from mascot.data.personas import load_personas
 from mascot.granularity import persona_fields
-from mascot.io import load_jsonl, write_json, write_jsonl
+from mascot.io import columns_of, load_jsonl, write_json, write_jsonl
 from mascot.splits import held_out
 from mascot.stats import DEFAULT_MIN_N, describe, mean_with_ci
 
@@ -56,8 +56,7 @@ def completions_table(replies: list[dict], queries: dict[str, dict]) -> dict[str
                      "finish_reason": r.get("finish_reason"), "reward_model": r.get("rm_score"),
                      "judge_total": judge.get("total_reward"),
                      **{f"judge_{d}": v for d, v in (judge.get("scores") or {}).items()}})
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    return {key: [row.get(key) for row in rows] for key in columns}
+    return columns_of(rows)
 
 
 def _judged(name: str | None):

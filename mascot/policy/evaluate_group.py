@@ -27,7 +27,7 @@ from mascot.annotate.rubric import SCORE_CHOICES
 from mascot.annotate.score import resolve_prompt_style, score_units
 from mascot.data.personas import load_personas
 from mascot.granularity import BLOCK, REPLY
-from mascot.io import InputError, load_jsonl, write_json, write_jsonl
+from mascot.io import InputError, columns_of, load_jsonl, write_json, write_jsonl
 from mascot.llm.factory import make_backend
 from mascot.policy.evaluate import load_policy
 from mascot.splits import held_out
@@ -148,8 +148,7 @@ def conversations_table(judged: list[dict], by_q: dict[str, dict]) -> dict[str, 
                      "valid": e.get("valid"), "collective_total": collective.get("total_reward"),
                      **{f"collective_{d}": v for d, v in (collective.get("scores") or {}).items()},
                      "group_reward_model": e.get("group_rm_score")})
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    return {key: [row.get(key) for row in rows] for key in columns}
+    return columns_of(rows)
 
 
 def describe_results(results: dict, conditions: list[str], queries: int, agent_turns: int, min_n: int) -> list[str]:

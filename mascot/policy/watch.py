@@ -27,8 +27,9 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import NamedTuple
 
-from mascot.io import write_json
+from mascot.io import columns_of, write_json
 from mascot.stats import DEFAULT_MIN_N, mean_with_ci, spearman
 
 IMPROVING, OVER, NOT_LEARNING, TOO_FEW = "improving", "over-optimising", "not learning", "too few to tell"
@@ -42,6 +43,9 @@ def distinct_2(text: str) -> float:
     return round(len(set(grams)) / len(grams), 4) if grams else 1.0
 
 
+PER_PROBE_EXTRAS = ("kl", "kl_token", "judge_dimensions")  # measured where a stage can, else None per probe
+
+
 def probe_row(step: int, answers: list[str], rm: list[float], judge: list[float | None],
               extra: dict[str, list] | None = None) -> dict:
     """One check: the per-probe figures and their means. `extra` (per probe, where the stage measured them):
@@ -49,7 +53,7 @@ def probe_row(step: int, answers: list[str], rm: list[float], judge: list[float 
     extra = extra or {}
     row = {"step": step, "answers": answers, "reward_model": [None if x is None else round(x, 4) for x in rm],
            "judge": judge, "length": [len(a.split()) for a in answers], "distinct_2": [distinct_2(a) for a in answers],
-           **{k: extra.get(k) or [None] * len(answers) for k in ("kl", "kl_token", "judge_dimensions")}}
+           **{k: extra.get(k) or [None] * len(answers) for k in PER_PROBE_EXTRAS}}
     for fig in FIGURES:
         vals = [v for v in row[fig] if v is not None]
         row[f"mean_{fig}"] = round(sum(vals) / len(vals), 4) if vals else None
@@ -107,18 +111,23 @@ def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n:
     return out
 
 
+class StopReason(NamedTuple):
+    kind: str  # "kl": stops whenever watch.max_kl is set; "over_optimising": only with stop_when_over_optimising
+    words: str
+
+
 def should_stop(checks: list[dict], judge_margin: float, patience: int, min_n: int = DEFAULT_MIN_N,
-                max_kl: float | None = None) -> str | None:
-    """Why to stop now, or None: the verdict over the checks so far has been over-optimising at each of the last
-    `patience` checks, or (with `max_kl`) the policy's mean KL from the base policy has passed `max_kl`."""
+                max_kl: float | None = None) -> StopReason | None:
+    """Why to stop now, or None: (with `max_kl`) the policy's mean KL from the base policy has passed `max_kl`, or
+    the verdict over the checks so far has been over-optimising at each of the last `patience` checks."""
     last = checks[-1] if checks else {}
     if max_kl is not None and last.get("mean_kl") is not None and last["mean_kl"] > max_kl:
-        return f"the KL from the base policy {last['mean_kl']} passed watch.max_kl {max_kl}"
+        return StopReason("kl", f"the KL from the base policy {last['mean_kl']} passed watch.max_kl {max_kl}")
     if len(checks) < patience + 1:
         return None
     if all(verdict(checks[: k + 1], judge_margin, 2, min_n)["verdict"] == OVER
            for k in range(len(checks) - patience, len(checks))):
-        return f"over-optimising for {patience} checks"
+        return StopReason("over_optimising", f"over-optimising for {patience} checks")
     return None
 
 
@@ -279,7 +288,10 @@ class Watch:
         if not state_file.exists():
             return False
         state = json.loads(state_file.read_text())
-        self.checks, self.stopped_at = state["checks"], state["stopped_at"]
+        # a check saved before the watch measured KL and dimensions has none: padded here, as probe_row pads
+        self.checks = [{**c, **{k: c.get(k) or [None] * len(c["answers"]) for k in PER_PROBE_EXTRAS}}
+                       for c in state["checks"]]
+        self.stopped_at = state["stopped_at"]
         self.stop_reason = state.get("stop_reason")
         if state["best"]:
             from safetensors.torch import load_file
@@ -310,8 +322,8 @@ class Watch:
                 if last:
                     return
                 why = should_stop(watch.checks, watch.judge_margin, watch.patience, watch.min_n, watch.max_kl)
-                if why and (watch.stop or why.startswith("the KL")):
-                    watch.stopped_at, watch.stop_reason = state.global_step, why
+                if why and (watch.stop or why.kind == "kl"):
+                    watch.stopped_at, watch.stop_reason = state.global_step, why.words
                     control.should_training_stop = True
 
             def on_train_end(self, args, state, control, model=None, processing_class=None, **kw):
@@ -343,15 +355,12 @@ class Watch:
         for c in self.checks:
             for k, answer in enumerate(c["answers"]):
                 probe = self.probes[k] if k < len(self.probes) else {}
-                dims = (c.get("judge_dimensions") or [None] * len(c["answers"]))[k] or {}
                 rows.append({"step": c["step"], "probe": probe.get("probe", k), "persona": probe.get("persona"),
                              "prompt": probe.get("prompt"), "completion": answer,
                              "reward_model": c["reward_model"][k], "judge_total": c["judge"][k],
-                             **{f"judge_{d}": v for d, v in dims.items()},
-                             "kl": (c.get("kl") or [None] * len(c["answers"]))[k],
-                             "kl_token": (c.get("kl_token") or [None] * len(c["answers"]))[k]})
-        columns = list(dict.fromkeys(key for r in rows for key in r))
-        return {key: [r.get(key) for r in rows] for key in columns}
+                             **{f"judge_{d}": v for d, v in (c["judge_dimensions"][k] or {}).items()},
+                             "kl": c["kl"][k], "kl_token": c["kl_token"][k]})
+        return columns_of(rows)
 
     def report(self, stage: str, csv_path: str | Path) -> tuple[dict, dict]:
         """(the verdict, its flat metrics), after writing the checks (CSV for `dvc plots`, every probe answer as
@@ -374,6 +383,37 @@ def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, tempera
     """The policy's greedy continuation of each prompt (text, or messages through the chat template); with a
     temperature above 0, a sample at a fixed seed (the same draws at every check: only the policy changes)."""
     return answers_and_kl(model, tokenizer, prompts, max_new_tokens, temperature, kl=False)[0]
+
+
+KL_BATCH = 8  # probes a forward pass: the log-probs over the vocabulary of 8 x 64 positions stay near 1 GB
+
+
+def _kl_from_base(model, sequences, prompt_mask, width: int, lengths: list[int]) -> tuple[list, list]:
+    """(per answer: the summed KL over its tokens, the mean) for left-padded prompts followed by their answers,
+    in one forward pass with the adapter and one without. Padding is masked out, and positions count from each
+    row's first real token as `generate` counted them (a rotary model is indifferent to the shift, a model with
+    absolute positions is not), so a padded row is computed as it would be alone (tests/test_watch.py)."""
+    import torch
+
+    from mascot.precision import native_bf16
+
+    longest = max(lengths)
+    if longest == 0:
+        return [0.0] * len(lengths), [0.0] * len(lengths)
+    answer_mask = (torch.arange(longest, device=sequences.device)[None, :]
+                   < torch.tensor(lengths, device=sequences.device)[:, None]).to(prompt_mask.dtype)
+    mask = torch.cat([prompt_mask, answer_mask], dim=1)
+    inputs = {"input_ids": sequences[:, :width + longest], "attention_mask": mask,
+              "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    answer_logits = slice(width - 1, width - 1 + longest)  # the logits that predict each answer token
+    with torch.autocast(sequences.device.type, dtype=torch.bfloat16, enabled=native_bf16()):
+        policy = model(**inputs).logits[:, answer_logits].float().log_softmax(-1)
+        with model.disable_adapter():
+            base = model(**inputs).logits[:, answer_logits].float().log_softmax(-1)
+    kl_positions = (policy.exp() * (policy - base)).sum(-1).clamp(min=0) * answer_mask
+    sums = kl_positions.sum(-1)
+    return ([round(float(x), 5) for x in sums],
+            [round(float(x) / n, 6) if n else 0.0 for x, n in zip(sums, lengths)])
 
 
 def answers_and_kl(model, tokenizer, prompts: list, max_new_tokens: int, temperature: float = 0.0,
@@ -406,22 +446,13 @@ def answers_and_kl(model, tokenizer, prompts: list, max_new_tokens: int, tempera
     if not kl or not hasattr(model, "disable_adapter"):
         return answers, {}
     stops = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    # each answer's own tokens: up to and with the first stop token (what follows is padding)
+    lengths = [next((k + 1 for k, tok in enumerate(row[width:].tolist()) if tok in stops), out.shape[1] - width)
+               for row in out]
     per_completion, per_token = [], []
-    for row, mask in zip(out, enc["attention_mask"]):
-        completion = row[width:].tolist()
-        # the answer's own tokens: up to and with the first stop token (what follows is padding)
-        n = next((k + 1 for k, tok in enumerate(completion) if tok in stops), len(completion))
-        start = width - int(mask.sum())  # left padding of this prompt
-        ids = row[start:width + n].unsqueeze(0)
-        if n == 0:
-            per_completion.append(0.0)
-            per_token.append(0.0)
-            continue
-        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=native_bf16()):
-            policy = model(input_ids=ids).logits[0, -n - 1:-1].float().log_softmax(-1)
-            with model.disable_adapter():
-                base = model(input_ids=ids).logits[0, -n - 1:-1].float().log_softmax(-1)
-        kl_positions = (policy.exp() * (policy - base)).sum(-1).clamp(min=0)
-        per_completion.append(round(float(kl_positions.sum()), 5))
-        per_token.append(round(float(kl_positions.mean()), 6))
+    for first in range(0, len(out), KL_BATCH):
+        rows = slice(first, first + KL_BATCH)
+        kl_sum, kl_mean = _kl_from_base(model, out[rows], enc["attention_mask"][rows], width, lengths[rows])
+        per_completion += kl_sum
+        per_token += kl_mean
     return answers, {"kl": per_completion, "kl_token": per_token}

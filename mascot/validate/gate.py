@@ -148,13 +148,13 @@ JUDGE_HINTS = {
 
 
 SPLIT_HINTS = {
-    "train_pairs": "pairs in the train split, which the reward model trains on (bar: validate.min_train_pairs): "
+    "train_pairs": "pairs in the train split, which the reward model trains on (bar: {gate}.min_train_pairs): "
                    "add queries (prepare.sources' max_queries), lower {pairs}.score_margin or {pairs}.eval_fraction",
-    "eval_pairs": "pairs in the eval split, which promote's gate measures (bar: validate.min_eval_pairs): raise "
+    "eval_pairs": "pairs in the eval split, which promote's gate measures (bar: {gate}.min_eval_pairs): raise "
                   "{pairs}.eval_fraction or add queries (prepare.sources' max_queries); a version that cannot be "
                   "measured can never be promoted",
     "heldout_queries": "held-out queries, which the watch, evaluate and evaluate_group use (bar: "
-                       "validate.min_heldout_queries): raise heldout.fraction or add queries",
+                       "{gate}.min_heldout_queries): raise heldout.fraction or add queries",
 }
 
 
@@ -177,7 +177,7 @@ def summary(results: list[dict], g: Granularity = REPLY) -> str:
             continue
         if r["table"] == "splits":
             lines.append(f"  - split too small: {r['column']} = {r.get('observed')}, below {r['kwargs'].get('min_value')} "
-                         f"({SPLIT_HINTS[r['column']].format(pairs=g.pairs_block)})")
+                         f"({SPLIT_HINTS[r['column']].format(pairs=g.pairs_block, gate=g.judge_gate_block)})")
             continue
         what = (f"{r['unexpected_count']} of {r['element_count']} rows unexpected"
                 if r["column"] else f"observed {r['element_count']}")

@@ -31,9 +31,7 @@ def gate(params, g, candidates: list[dict], scores: list[dict], pairs: list[dict
                                                       "min_human_agreement": v.min_human_agreement
                                                       if g.human_ratings else None},
                                         split_counts=counts,
-                                        split_limits={"min_train_pairs": v.min_train_pairs,
-                                                      "min_eval_pairs": v.min_eval_pairs,
-                                                      "min_heldout_queries": v.min_heldout_queries})
+                                        split_limits=g.split_limits(params))
     scored = sum(s["status"] == "scored" for s in scores)
     if scores and scored / len(scores) < v.min_scored_fraction:
         results.append({"table": "scores", "expectation": "min_scored_fraction", "column": None,
