@@ -296,3 +296,18 @@ def test_a_condition_is_judged_from_its_records_alone(personas):
     assert metrics["valid_rate"] == round(2 / 3, 4) and metrics["collective_total"] == 3.0
     lines = describe_results({"random": metrics, "minus_random_collective_total": {}}, ["random"], 3, 2, 10)
     assert lines[0].startswith("evaluate_group: 3 held-out conversations") and "random" in lines[2]
+
+
+def test_evaluate_group_refuses_held_out_conversations_that_were_given_episodes():
+    """evaluate_group's conversations are held out: an episodes file with one of them (older than the held-out
+    rule) is refused with what to rerun, and the held-out set is otherwise the first max_queries by id."""
+    from mascot.config import HeldOutParams
+    from mascot.io import InputError
+    from mascot.policy.evaluate_group import heldout_conversations
+
+    queries = [{"query_id": f"q{i}", "conversation_id": f"c{i}"} for i in range(40)]
+    heldout = HeldOutParams(fraction=0.5, seed=0)
+    chosen = heldout_conversations(queries, [], heldout, 5)
+    assert len(chosen) == 5 and [q["query_id"] for q in chosen] == sorted(q["query_id"] for q in chosen)
+    with pytest.raises(InputError, match=rf"held-out queries \['{chosen[2]['query_id']}'\] were given episodes"):
+        heldout_conversations(queries, [{"query_id": chosen[2]["query_id"]}], heldout, 5)

@@ -167,11 +167,38 @@ def describe_results(results: dict, conditions: list[str], queries: int, agent_t
     return lines
 
 
+def heldout_conversations(queries: list[dict], episodes: list[dict], heldout, max_queries: int | None) -> list[dict]:
+    """The held-out queries evaluate_group rolls out: never given episodes, never trained on. An episode on one
+    of them means the episodes file is older than the held-out rule."""
+    chosen = held_out(queries, heldout, max_queries)
+    given = {e["query_id"] for e in episodes} & {q["query_id"] for q in chosen}
+    if given:
+        raise InputError(f"evaluate_group: held-out queries {sorted(given)} were given episodes: data/group/episodes.jsonl "
+                         "is older than the held-out rule; rerun the episodes stage")
+    return chosen
+
+
+def log_condition(params, experiment_id: str, run_name: str, tags: dict, queries_path: str, metrics: dict,
+                  table: dict[str, list]) -> None:
+    """One condition's MLflow run: its inputs, settings, figures and conversations table."""
+    import mlflow
+
+    from mascot import registry
+
+    p = params.evaluate_group
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags):
+        registry.log_input_file(queries_path, "eval")
+        mlflow.log_params({"evaluate_group.agent_turns": p.agent_turns, "evaluate_group.max_queries": p.max_queries,
+                           "evaluate_group.director_temperature": p.director_temperature,
+                           "score.mode": params.score.mode})
+        mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+                           | {f"usage_{k}": v for k, v in metrics["speaker_usage"].items()})
+        mlflow.log_table(data=table, artifact_file="evaluate_group_conversations.json")
+
+
 def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
          director_dir: str = "models/director", metrics_path: str = "metrics/evaluate_group.json",
          out_path: str = "reports/evaluate_group_conversations.jsonl") -> None:
-    import mlflow
-
     from mascot import registry
     from mascot.reward.scorer import RewardScorer
 
@@ -181,11 +208,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     personas = load_personas(params.prepare.personas_file)
     all_queries = load_jsonl(queries_path)
 
-    queries = held_out(all_queries, params.heldout, p.max_queries)  # never given episodes, never trained on
-    given = {e["query_id"] for e in load_jsonl(episodes_path)} & {q["query_id"] for q in queries}
-    if given:
-        raise InputError(f"evaluate_group: held-out queries {sorted(given)} were given episodes: data/group/episodes.jsonl "
-                         "is older than the held-out rule; rerun the episodes stage")
+    queries = heldout_conversations(all_queries, load_jsonl(episodes_path), params.heldout, p.max_queries)
     by_q = {q["query_id"]: q for q in all_queries}
     rm_name, alias = params.train_group_rm.registered_model, d.reward_alias
     rm_version = registry.check_recorded_champion(rm_name, alias, "metrics/promote_group.json", "evaluate_group",
@@ -216,14 +239,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                 "group_reward_model_version": str(rm_version), "queries": str(len(queries))}
         if condition == "trained":
             tags.update(director_model=director_version["name"], director_version=director_version["version"])
-        with mlflow.start_run(experiment_id=exp, run_name=f"eval-group-{condition}-{git['git_commit'][:7]}", tags=tags):
-            registry.log_input_file(queries_path, "eval")
-            mlflow.log_params({"evaluate_group.agent_turns": p.agent_turns, "evaluate_group.max_queries": p.max_queries,
-                               "evaluate_group.director_temperature": p.director_temperature,
-                               "score.mode": params.score.mode})
-            mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-                               | {f"usage_{k}": v for k, v in metrics["speaker_usage"].items()})
-            mlflow.log_table(data=conversations_table(judged, by_q), artifact_file="evaluate_group_conversations.json")
+        log_condition(params, exp, f"eval-group-{condition}-{git['git_commit'][:7]}", tags, queries_path, metrics,
+                      conversations_table(judged, by_q))
         results[condition] = metrics
         records_all += [{"condition": condition, **e} for e in judged]
     if "random" in totals:
