@@ -82,11 +82,14 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
     from mascot.stats import mean_with_ci
 
     conditions = [c for c in ("trained", "base", "random", "round_robin") if c in group]
-    lines = ["| condition | conversations | parse rate (valid) | collective total, all | " +
-             " | ".join(dimensions) + " |", "| --- | ---: | ---: | ---: |" + " ---: |" * len(dimensions)]
+    lines = ["| condition | conversations | parse rate, unconstrained | parse rate as decoded (valid) | "
+             "collective total, all | " + " | ".join(dimensions) + " |",
+             "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(dimensions)]
     for c in conditions:
         m = group[c]
-        lines.append(f"| {c} | {m.get('conversations')} | {_fmt(m.get('valid_rate'))} | "
+        free = m.get("directive_parse_rate_unconstrained")
+        lines.append(f"| {c} | {m.get('conversations')} | {'-' if free is None else _fmt(free)} | "
+                     f"{_fmt(m.get('valid_rate'))} | "
                      f"{_fmt(m.get('collective_total_with_failures'))} | " +
                      " | ".join(_fmt(m.get(f"collective_{d}")) for d in dimensions) + " |")
     records = _rows(workdir / "reports/evaluate_group_conversations.jsonl")
@@ -96,6 +99,9 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
         by.setdefault(r["condition"], {})[r["query_id"]] = r["collective"] if scored else None
     lines += ["", "| trained minus | figure | difference [95% interval] | n | sign-test p | reading |",
               "| --- | --- | --- | ---: | ---: | --- |"]
+    if group.get("trained_minus_base_unconstrained_parse_rate"):
+        diff, n, p, reading = _comparison(group["trained_minus_base_unconstrained_parse_rate"], min_n)
+        lines.append(f"| base | parse rate, unconstrained (per conversation) | {diff} | {n} | {p} | {reading} |")
     for other in [c for c in conditions if c != "trained"]:
         for key in ["total_reward"] + dimensions:
             common = sorted(q for q in set(by.get("trained", {})) & set(by.get(other, {}))

@@ -439,6 +439,10 @@ class EvaluateGroupParams(Block):
     # the trained and base Directors decode under the directive grammar: the conditions differ in whom they
     # choose and what they ask, not in whether they keep the format (train_director's metrics report that)
     constrain_directives: bool = True
+    # and, beside the comparison, each language-model Director's first directive sampled without the grammar at
+    # train_director's temperature, unconstrained_samples a conversation: the format it keeps on its own
+    measure_unconstrained: bool = True
+    unconstrained_samples: int = Field(4, ge=1)
     max_tokens: int = Field(32, ge=1)
     conditions: list[Literal["trained", "base", "random", "round_robin"]] = Field(
         ["trained", "base", "random", "round_robin"], min_length=1)

@@ -43,3 +43,18 @@ def test_the_speaker_table_says_too_few_to_tell_below_min_n():
     assert "| total, where the GRPO reply is not longer | 3.000 | 3.100 | 0.100 [0.000, 0.300] | 6 | 0.500 | too few to tell |" in table
     assert "| replies cut at the token budget | 0.900 | 0.200 |" in table
     assert "| perceived_empathy | - | - | - | 0 | - | no data |" in table
+
+
+def test_the_director_table_has_each_conditions_free_parse_rate_and_the_paired_change(tmp_path):
+    report = _report()
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports/evaluate_group_conversations.jsonl").write_text("")
+    group = {"trained": {"conversations": 20, "valid_rate": 1.0, "directive_parse_rate_unconstrained": 0.825,
+                         "collective_total_with_failures": 3.88},
+             "random": {"conversations": 20, "valid_rate": 1.0, "collective_total_with_failures": 3.91},
+             "trained_minus_base_unconstrained_parse_rate": {"mean": 0.3625, "ci_low": 0.2125, "ci_high": 0.5125,
+                                                             "n": 20, "p_sign": 0.0005}}
+    table = "\n".join(report.director_table(tmp_path, group, [], 10))
+    assert "| trained | 20 | 0.825 | 1.000 | 3.880 |" in table
+    assert "| random | 20 | - | 1.000 | 3.910 |" in table  # a scripted Director writes no directive text
+    assert "| base | parse rate, unconstrained (per conversation) | 0.362 [0.212, 0.512] | 20 | 0.001 | up |" in table

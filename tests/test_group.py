@@ -311,3 +311,27 @@ def test_evaluate_group_refuses_held_out_conversations_that_were_given_episodes(
     assert len(chosen) == 5 and [q["query_id"] for q in chosen] == sorted(q["query_id"] for q in chosen)
     with pytest.raises(InputError, match=rf"held-out queries \['{chosen[2]['query_id']}'\] were given episodes"):
         heldout_conversations(queries, [{"query_id": chosen[2]["query_id"]}], heldout, 5)
+
+
+def test_evaluate_group_measures_each_llm_directors_free_parse_rate(personas, demo_queries):
+    """Beside the constrained comparison, each language-model Director's first directive of every conversation
+    is decoded without the grammar (the request carries no regex) and its parse rate kept; a scripted Director
+    has none."""
+    from mascot.policy.evaluate_group import unconstrained_parse_rates
+
+    class Recording(ScriptedText):
+        def sample(self, requests, progress=None):
+            self.regexes, self.temperatures = [r.regex for r in requests], [r.temperature for r in requests]
+            return super().sample(requests, progress)
+
+    backend = Recording(["Agent: The Anchor\nAction: Validate.\nTone: warm", "Agent: Nobody\nAction: x\nTone: y"])
+    directors = {"trained": LLMDirector(backend, personas, "chat", Sampling(), constrained=True, prefill=False),
+                 "random": ScriptedDirector(personas, "random")}
+    queries = demo_queries[:3]
+    rates = unconstrained_parse_rates(directors, queries, samples=2, temperature=1.0)
+    assert backend.regexes == [None] * 3 and set(rates) == {"trained"}
+    assert backend.temperatures == [1.0] * 3 and directors["trained"].sampling.temperature == 0.9  # its own kept
+    # two samples a conversation, the texts in turn: each conversation gets one that parses and one that does not
+    assert {k: rates["trained"][k] for k in ("directives", "parse_rate", "invalid_reasons")} == {
+        "directives": 6, "parse_rate": 0.5, "invalid_reasons": {"unknown agent": 3}}
+    assert rates["trained"]["by_query"] == {q["query_id"]: 0.5 for q in queries}

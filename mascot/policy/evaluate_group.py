@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from collections import Counter
 import json
+from dataclasses import replace
 from pathlib import Path
 from statistics import fmean
 
 from mascot.annotate.director import block_messages
 from mascot.annotate.episodes import (Branch, DirectorPerBranch, LLMDirector, Sampling, ScriptedDirector, episode_record,
-                                      roll_forward)
+                                      parse_rate, roll_forward)
 from mascot.annotate.function_judge import make_judge
 from mascot.annotate.rubric import SCORE_CHOICES
 from mascot.annotate.score import resolve_prompt_style, score_units
@@ -116,6 +117,25 @@ def build_directors(params, personas: dict, director_dir: str) -> dict:
     return directors
 
 
+def unconstrained_parse_rates(directors: dict, queries: list[dict], samples: int, temperature: float
+                              ) -> dict[str, dict]:
+    """Each language-model Director's first directive of every conversation, `samples` of them drawn at
+    `temperature` without the directive grammar (as GRPO samples it): how often it keeps the format on its own,
+    why not (parse_rate), and the rate per conversation ("by_query", for a paired comparison). A scripted
+    Director writes no directive text: it has none."""
+    rates = {}
+    for condition, director in directors.items():
+        if isinstance(director, LLMDirector):
+            free = LLMDirector(director.backend, director.personas, director.style,
+                               replace(director.sampling, temperature=temperature), prefill=director.prefill)
+            raws = free.propose([Branch(q["query_id"], 0, q["context"]) for q in queries], n=samples)
+            names = list(director.personas)
+            rates[condition] = {**parse_rate([r for group in raws for r in group], names),
+                                "by_query": {q["query_id"]: parse_rate(group, names)["parse_rate"]
+                                             for q, group in zip(queries, raws)}}
+    return rates
+
+
 def judge_condition(records: list[dict], by_q: dict[str, dict], personas: dict, rubrics: tuple, score, rm_score
                     ) -> tuple[dict, dict[str, float], list[dict]]:
     """One condition's conversations judged: (its figures, each conversation's collective total, its records with
@@ -155,13 +175,20 @@ def describe_results(results: dict, conditions: list[str], queries: int, agent_t
     """The comparison as a table, then each condition against the random Director with its interval."""
     lines = [f"evaluate_group: {queries} held-out conversations per condition, {agent_turns} agent turns each; "
              f"a failed conversation counts at the floor ({FAILED_CONVERSATION_SCORE}) in 'all'",
-             f"  {'condition':<12} {'n':>3} {'valid':>6} {'failed':>6} {'all':>7} {'valid only':>10} {'per-reply':>9} "
-             f"{'group RM':>8}  speakers"]
+             f"  {'condition':<12} {'n':>3} {'valid':>6} {'free':>6} {'failed':>6} {'all':>7} {'valid only':>10} "
+             f"{'per-reply':>9} {'group RM':>8}  speakers",
+             "  (valid: directives that parsed as decoded; free: the first directive decoded without the grammar, "
+             "language-model Directors only)"]
     for c in conditions:
         m = results[c]
-        lines.append(f"  {c:<12} {m['conversations']:>3} {str(m['valid_rate']):>6} {m['failed_conversations']:>6} "
+        free = m.get("directive_parse_rate_unconstrained")
+        lines.append(f"  {c:<12} {m['conversations']:>3} {str(m['valid_rate']):>6} {'-' if free is None else free:>6} "
+                     f"{m['failed_conversations']:>6} "
                      f"{str(m['collective_total_with_failures']):>7} {str(m['collective_total']):>10} "
                      f"{str(m['per_reply_total']):>9} {str(m['group_rm_score']):>8}  {m['speaker_usage']}")
+    if "trained_minus_base_unconstrained_parse_rate" in results:
+        lines.append("  trained - base, parse rate without the grammar, paired by conversation: "
+                     f"{describe(results['trained_minus_base_unconstrained_parse_rate'], min_n)}")
     for c, fig in results.get("minus_random_collective_total", {}).items():
         lines.append(f"  {c} - random, collective total with failures, paired: {describe(fig, min_n)}")
     return lines
@@ -226,6 +253,9 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     roll_forward([b for c in p.conditions for b in branches[c]], p.agent_turns,
                  DirectorPerBranch({id(b): directors[c] for c in p.conditions for b in branches[c]}),
                  speaker, personas, sampling, p.user_turns)
+    # after the rollout (its batches seed themselves): the same Directors and prompts, without the grammar
+    free = (unconstrained_parse_rates(directors, queries, p.unconstrained_samples, d.temperature)
+            if p.measure_unconstrained else {})
     rubrics = (BLOCK.rubric(params), REPLY.rubric(params))
     results, records_all, totals = {}, [], {}
     for condition in p.conditions:
@@ -235,6 +265,9 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
         metrics, totals[condition], judged = judge_condition(
             records, by_q, personas, rubrics,
             lambda units, rubric: score_units(units, rubric, params.score, judge, prompt_style=style), scorer.score)
+        if condition in free:
+            metrics.update(directive_parse_rate_unconstrained=free[condition]["parse_rate"],
+                           unconstrained_invalid_reasons=free[condition]["invalid_reasons"])
         tags = {**git, "condition": condition, "evaluation": "true", "group_reward_model": rm_name,
                 "group_reward_model_version": str(rm_version), "queries": str(len(queries))}
         if condition == "trained":
@@ -243,6 +276,9 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                       conversations_table(judged, by_q))
         results[condition] = metrics
         records_all += [{"condition": condition, **e} for e in judged]
+    if {"trained", "base"} <= set(free):  # what GRPO did to the format it was paid for, paired by conversation
+        results["trained_minus_base_unconstrained_parse_rate"] = paired_vs(free["base"]["by_query"],
+                                                                           free["trained"]["by_query"], params.stats.min_n)
     if "random" in totals:
         results["minus_random_collective_total"] = {c: paired_vs(totals["random"], t, params.stats.min_n)
                                                     for c, t in totals.items() if c != "random"}
