@@ -176,9 +176,7 @@ def describe_results(results: dict, conditions: list[str], queries: int, agent_t
     lines = [f"evaluate_group: {queries} held-out conversations per condition, {agent_turns} agent turns each; "
              f"a failed conversation counts at the floor ({FAILED_CONVERSATION_SCORE}) in 'all'",
              f"  {'condition':<12} {'n':>3} {'valid':>6} {'free':>6} {'failed':>6} {'all':>7} {'valid only':>10} "
-             f"{'per-reply':>9} {'group RM':>8}  speakers",
-             "  (valid: directives that parsed as decoded; free: the first directive decoded without the grammar, "
-             "language-model Directors only)"]
+             f"{'per-reply':>9} {'group RM':>8}  speakers"]
     for c in conditions:
         m = results[c]
         free = m.get("directive_parse_rate_unconstrained")
@@ -186,6 +184,8 @@ def describe_results(results: dict, conditions: list[str], queries: int, agent_t
                      f"{m['failed_conversations']:>6} "
                      f"{str(m['collective_total_with_failures']):>7} {str(m['collective_total']):>10} "
                      f"{str(m['per_reply_total']):>9} {str(m['group_rm_score']):>8}  {m['speaker_usage']}")
+    lines.append("  (valid: directives that parsed as decoded; free: each first directive sampled without the grammar, "
+                 "language-model Directors only)")
     if "trained_minus_base_unconstrained_parse_rate" in results:
         lines.append("  trained - base, parse rate without the grammar, paired by conversation: "
                      f"{describe(results['trained_minus_base_unconstrained_parse_rate'], min_n)}")
