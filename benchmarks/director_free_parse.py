@@ -25,7 +25,7 @@ def main() -> int:
     from mascot.config import load_params
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl, write_json
-    from mascot.policy.evaluate_group import (build_directors, heldout_conversations, paired_vs,
+    from mascot.policy.evaluate_group import (build_directors, heldout_conversations, trained_minus_base_parse_rate,
                                               unconstrained_parse_rates)
     from mascot.stats import describe
 
@@ -41,9 +41,8 @@ def main() -> int:
     out = {"conversations": len(queries), "samples_per_conversation": samples,
            "temperature": params.train_director.temperature, "rates": rates,
            "seconds": round(time.perf_counter() - start, 1)}
-    if {"trained", "base"} <= set(rates):
-        out["trained_minus_base"] = paired_vs(rates["base"]["by_query"], rates["trained"]["by_query"],
-                                              params.stats.min_n)
+    if (free_vs := trained_minus_base_parse_rate(rates, params.stats.min_n)) is not None:
+        out["trained_minus_base"] = free_vs
     write_json("reports/director_free_parse.json", out)
     for condition, r in rates.items():
         print(f"{condition}: {r['parse_rate']} of {r['directives']} directives parse without the grammar "

@@ -335,3 +335,26 @@ def test_evaluate_group_measures_each_llm_directors_free_parse_rate(personas, de
     assert {k: rates["trained"][k] for k in ("directives", "parse_rate", "invalid_reasons")} == {
         "directives": 6, "parse_rate": 0.5, "invalid_reasons": {"unknown agent": 3}}
     assert rates["trained"]["by_query"] == {q["query_id"]: 0.5 for q in queries}
+
+
+def test_free_parse_rate_counts_as_the_flat_count_does(personas, demo_queries):
+    """episodes and evaluate_group share one free-sampling measure: parsed once per directive, it gives the flat
+    count's figures (its reasons in the same order) and each query's own rate; without a temperature the
+    Director's own is used, and no request carries the grammar."""
+    from mascot.annotate.episodes import free_parse_rate, parse_rate
+
+    class Recording(ScriptedText):
+        def sample(self, requests, progress=None):
+            self.requests = requests
+            return super().sample(requests, progress)
+
+    texts = ["Agent: Nobody\nAction: x\nTone: y", "Agent: The Anchor\nAction: Validate.\nTone: warm", "just words"]
+    backend = Recording(texts)
+    director = LLMDirector(backend, personas, "chat", Sampling(temperature=0.7), constrained=True, prefill=False)
+    queries = demo_queries[:3]
+    rate = free_parse_rate(director, queries, n=2, turns=-1)
+    assert [r.regex for r in backend.requests] == [None] * 3 and {r.temperature for r in backend.requests} == {0.7}
+    expected = parse_rate([texts[(k + i) % 3] for i in range(3) for k in range(2)], list(personas))
+    assert {k: rate[k] for k in ("directives", "parse_rate", "invalid_reasons")} == expected
+    assert list(rate["invalid_reasons"]) == list(expected["invalid_reasons"]) == ["unknown agent", "missing field"]
+    assert rate["by_query"] == {q["query_id"]: v for q, v in zip(queries, (0.5, 0.5, 0.0))}

@@ -12,7 +12,7 @@ in `generate`, so a run resumed after a crash writes exactly what a clean run wo
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import hashlib
 from pathlib import Path
 import random
@@ -111,6 +111,23 @@ def parse_rate(raws: list[str], names: list[str]) -> dict:
             reasons[reason_kind(str(exc))] += 1
     return {"directives": len(raws), "parse_rate": round(1 - sum(reasons.values()) / len(raws), 4) if raws else None,
             "invalid_reasons": dict(reasons)}
+
+
+def free_parse_rate(director: LLMDirector, queries: list[dict], n: int, turns: int,
+                    temperature: float | None = None) -> dict:
+    """The Director's prompt at each query's `turns`, sampled `n` times without the directive grammar (at
+    `temperature`, else its own): how often it keeps the format on its own, why not, and the rate per query
+    ("by_query", for a paired comparison). Each directive is parsed once."""
+    sampling = director.sampling if temperature is None else replace(director.sampling, temperature=temperature)
+    free = LLMDirector(director.backend, director.personas, director.style, sampling, prefill=director.prefill)
+    raws = free.propose([Branch(q["query_id"], turns, q["context"]) for q in queries], n=n)
+    per_query = [parse_rate(group, list(director.personas)) for group in raws]
+    reasons, total = Counter(), sum(r["directives"] for r in per_query)
+    for r in per_query:  # in the order the flat count meets them
+        reasons.update(r["invalid_reasons"])
+    return {"directives": total, "parse_rate": round(1 - sum(reasons.values()) / total, 4) if total else None,
+            "invalid_reasons": dict(reasons),
+            "by_query": {q["query_id"]: r["parse_rate"] for q, r in zip(queries, per_query)}}
 
 
 class ScriptedDirector:
@@ -285,9 +302,7 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/grou
         episodes = generate_episodes(queries, personas, p, director, speaker, journal, chunk_size=chunk, stats=stats)
         if p.director == "llm" and p.constrain_directives and p.measure_unconstrained:
             # the same branch-point prompts and seeds, sampled freely: what the grammar is doing for this model
-            free = LLMDirector(director_backend, personas, p.director_style, director_sampling(p))
-            raws = free.propose([Branch(q["query_id"], -1, q["context"]) for q in queries], n=p.branches)
-            unconstrained = parse_rate([r for group in raws for r in group], list(personas))
+            unconstrained = free_parse_rate(director, queries, p.branches, turns=-1)
     finally:
         journal.close()
         speaker.close()

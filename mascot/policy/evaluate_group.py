@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from collections import Counter
 import json
-from dataclasses import replace
 from pathlib import Path
 from statistics import fmean
 
 from mascot.annotate.director import block_messages
 from mascot.annotate.episodes import (Branch, DirectorPerBranch, LLMDirector, Sampling, ScriptedDirector, episode_record,
-                                      parse_rate, roll_forward)
+                                      free_parse_rate, roll_forward)
 from mascot.annotate.function_judge import make_judge
 from mascot.annotate.rubric import SCORE_CHOICES
 from mascot.annotate.score import resolve_prompt_style, score_units
@@ -120,20 +119,17 @@ def build_directors(params, personas: dict, director_dir: str) -> dict:
 def unconstrained_parse_rates(directors: dict, queries: list[dict], samples: int, temperature: float
                               ) -> dict[str, dict]:
     """Each language-model Director's first directive of every conversation, `samples` of them drawn at
-    `temperature` without the directive grammar (as GRPO samples it): how often it keeps the format on its own,
-    why not (parse_rate), and the rate per conversation ("by_query", for a paired comparison). A scripted
+    `temperature` without the directive grammar (as GRPO samples it): `free_parse_rate` per condition. A scripted
     Director writes no directive text: it has none."""
-    rates = {}
-    for condition, director in directors.items():
-        if isinstance(director, LLMDirector):
-            free = LLMDirector(director.backend, director.personas, director.style,
-                               replace(director.sampling, temperature=temperature), prefill=director.prefill)
-            raws = free.propose([Branch(q["query_id"], 0, q["context"]) for q in queries], n=samples)
-            names = list(director.personas)
-            rates[condition] = {**parse_rate([r for group in raws for r in group], names),
-                                "by_query": {q["query_id"]: parse_rate(group, names)["parse_rate"]
-                                             for q, group in zip(queries, raws)}}
-    return rates
+    return {condition: free_parse_rate(director, queries, samples, turns=0, temperature=temperature)
+            for condition, director in directors.items() if isinstance(director, LLMDirector)}
+
+
+def trained_minus_base_parse_rate(rates: dict[str, dict], min_n: int = DEFAULT_MIN_N) -> dict | None:
+    """What GRPO did to the format it was paid for: trained - base free parse rate, paired by conversation."""
+    if not {"trained", "base"} <= set(rates):
+        return None
+    return paired_vs(rates["base"]["by_query"], rates["trained"]["by_query"], min_n)
 
 
 def judge_condition(records: list[dict], by_q: dict[str, dict], personas: dict, rubrics: tuple, score, rm_score
@@ -276,9 +272,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                       conversations_table(judged, by_q))
         results[condition] = metrics
         records_all += [{"condition": condition, **e} for e in judged]
-    if {"trained", "base"} <= set(free):  # what GRPO did to the format it was paid for, paired by conversation
-        results["trained_minus_base_unconstrained_parse_rate"] = paired_vs(free["base"]["by_query"],
-                                                                           free["trained"]["by_query"], params.stats.min_n)
+    if (free_vs := trained_minus_base_parse_rate(free, params.stats.min_n)) is not None:
+        results["trained_minus_base_unconstrained_parse_rate"] = free_vs
     if "random" in totals:
         results["minus_random_collective_total"] = {c: paired_vs(totals["random"], t, params.stats.min_n)
                                                     for c, t in totals.items() if c != "random"}
