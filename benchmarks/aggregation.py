@@ -9,7 +9,8 @@ balancing). It says how many pairs each gives, how many are the same, flipped (t
 one chosen), or found under one aggregation only, with examples; the `mean` set is checked against the copy's
 data/pairs.jsonl. With `--train`, a reward model is trained on each set (the copy's train_rm block, nothing
 logged) and measured on its own eval pairs, on the other set's, and on the held-out human pairs (the yardstick
-neither trained on).
+neither trained on). Each model's figures are written to the report as soon as they are measured, and its adapter
+is kept under reports/aggregation-models/: run it again to resume where it stopped.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import json
 import os
 from pathlib import Path
 import sys
-import tempfile
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -78,32 +78,36 @@ def main() -> int:
     report["mean_matches_the_stage"] = shipped == {pair_key(p) for p in sets["mean"]}
     report["mean_vs_min"] = compare(sets["mean"], sets["min"])
     print(json.dumps({k: v for k, v in report.items()}, indent=1))
-    if args.train:
-        report["reward_models"] = train_and_measure(params, sets, personas)
-        print(json.dumps(report["reward_models"], indent=1))
     write_json(args.report, report)
+    if args.train:
+        report["reward_models"], work = {}, Path(args.report).parent / "aggregation-models"
+        for aggregate, figures in train_and_measure(params, sets, personas, work):
+            report["reward_models"][aggregate] = figures
+            write_json(args.report, report)  # a run stopped later keeps what it measured
+            print(json.dumps({aggregate: figures}, indent=1))
     return 0
 
 
-def train_and_measure(params, sets: dict[str, list[dict]], personas: dict) -> dict:
+def train_and_measure(params, sets: dict[str, list[dict]], personas: dict, work: Path):
     """A reward model on each set (the copy's train_rm block; nothing logged), measured on its own eval pairs,
-    the other set's eval pairs and the held-out human pairs."""
+    the other set's eval pairs and the held-out human pairs: yields (aggregate, figures) as each is measured. An
+    adapter already trained under `work` is reused (resume)."""
     from mascot.promote import measure
     from mascot.reward.evaluation import held_out_human, human_set_metrics
     from mascot.reward.scorer import RewardScorer
     from mascot.reward.train import train_reward_model
 
-    work, out = Path(tempfile.mkdtemp(prefix="aggregation-")), {}
     human = held_out_human(params)
-    scorers = {}
     for aggregate, pairs in sets.items():
-        train_reward_model(pairs, personas, params.train_rm, work / aggregate, work / f"{aggregate}-ckpt",
-                           report_to=(), min_n=params.stats.min_n)
-        scorers[aggregate] = RewardScorer.from_dir(work / aggregate)
-    for aggregate, scorer in scorers.items():
-        figures = {}
-        for on, pairs in sets.items():
-            m = measure(scorer, [p for p in pairs if p["split"] == "eval"], personas, params.stats.min_n)
+        model_dir, done = work / aggregate, work / f"{aggregate}.trained"
+        if not done.exists():
+            print(f"aggregation: training the {aggregate} reward model on {len(pairs)} pairs -> {model_dir}")
+            train_reward_model(pairs, personas, params.train_rm, model_dir, work / f"{aggregate}-ckpt",
+                               report_to=(), min_n=params.stats.min_n)
+            done.write_text("trained\n")
+        scorer, figures = RewardScorer.from_dir(model_dir), {}
+        for on, on_pairs in sets.items():
+            m = measure(scorer, [p for p in on_pairs if p["split"] == "eval"], personas, params.stats.min_n)
             figures[f"on_{on}_eval"] = {k: m.get(k) for k in ("pairs", "accuracy", "accuracy_ci_low",
                                                               "accuracy_ci_high", "length_baseline_accuracy",
                                                               "accuracy_null_p")}
@@ -112,9 +116,7 @@ def train_and_measure(params, sets: dict[str, list[dict]], personas: dict) -> di
             figures["human"] = {k: h.get(k) for k in ("human_pairs", "human_pairs_ci_low", "human_pairs_ci_high",
                                                       "human_pairs_n", "human_length_baseline",
                                                       "human_pairs_controlled", "human_pairs_controlled_n")}
-        out[aggregate] = figures
-    return out
-
+        yield aggregate, figures
 
 if __name__ == "__main__":
     sys.exit(main())
