@@ -214,40 +214,95 @@ def test_a_saved_history_from_before_kl_is_padded_at_load_and_tabled(tmp_path):
     assert table["kl"] == [None] * 6 + [0.1, 0.2, 0.3] and len(table["kl_token"]) == 9
 
 
-def test_the_kl_of_a_batch_of_left_padded_probes_is_each_probes_kl_alone(tiny_model_dir):
-    """The watch's KL runs probes in batches (left-padded prompts of different lengths, answers that stop at
-    different tokens): each probe's figure is the one it gets alone; an adapter that is zero gives 0."""
+PROBE_PROMPTS = ["Person: hi.\nThe Anchor:", "Person: I lost my job and I do not know what to do next.\nThe Anchor:",
+                 "Person: my sister is ill, and the doctors say little.\nThe Catalyst:"]
+
+
+def lora_policy(tiny_model_dir, dtype=None):
+    """The tiny model with a LoRA adapter whose B is drawn at a fixed seed (a policy that moved)."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=dtype or torch.float32),
+                           LoraConfig(task_type="CAUSAL_LM", r=4, target_modules=["q_proj", "v_proj"])).eval()
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0, 0.5)
+    return model
+
+
+def padded_batch(tokenizer, prompts: list[str], lengths: list[int]):
+    """The batch as generate leaves it: prompts padded on the left, answers of `lengths` tokens, then padding."""
+    import torch
+
+    prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
+    width, longest, pad = max(map(len, prompt_ids)), max(lengths), tokenizer.pad_token_id
+    answer_ids = torch.randint(5, tokenizer.vocab_size, (len(prompts), longest), generator=torch.Generator().manual_seed(1))
+    rows = [[pad] * (width - len(ids)) + ids + answer_ids[k, :lengths[k]].tolist() + [pad] * (longest - lengths[k])
+            for k, ids in enumerate(prompt_ids)]
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+    alone = [(torch.tensor([ids + answer_ids[k, :lengths[k]].tolist()]), torch.ones(1, len(ids), dtype=torch.long),
+              len(ids)) for k, ids in enumerate(prompt_ids)]
+    return torch.tensor(rows), mask, width, alone
+
+
+def test_the_kl_of_a_batch_of_left_padded_probes_is_each_probes_kl_alone(tiny_model_dir):
+    """The watch's KL runs probes in batches (left-padded prompts of different lengths, answers that stop at
+    different tokens): in fp32 each probe's figure is the one it gets alone; an adapter that is zero gives 0."""
+    import torch
+    from transformers import AutoTokenizer
 
     from mascot.policy.watch import _kl_from_base, answers_and_kl
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-    torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                           LoraConfig(task_type="CAUSAL_LM", r=4, target_modules=["q_proj", "v_proj"])).eval()
-    prompts = ["Person: hi.\nThe Anchor:", "Person: I lost my job and I do not know what to do next.\nThe Anchor:",
-               "Person: my sister is ill, and the doctors say little.\nThe Catalyst:"]
+    model = lora_policy(tiny_model_dir)
     with torch.no_grad():
-        assert answers_and_kl(model, tokenizer, prompts, 8)[1]["kl"] == [0.0] * 3  # LoRA's B starts at zero
-        for name, weight in model.named_parameters():
-            if "lora_B" in name:
-                weight.normal_(0, 0.5)
-        assert all(k > 0 for k in answers_and_kl(model, tokenizer, prompts, 8)[1]["kl"])
-        # the batch as generate leaves it: prompts padded on the left, answers of 6, 2 and 4 tokens, then padding
-        prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
-        lengths, width, longest = [6, 2, 4], max(map(len, prompt_ids)), 6
-        answer_ids = torch.randint(5, tokenizer.vocab_size, (3, longest))
-        pad = tokenizer.pad_token_id
-        rows = [[pad] * (width - len(ids)) + ids + answer_ids[k, :lengths[k]].tolist() + [pad] * (longest - lengths[k])
-                for k, ids in enumerate(prompt_ids)]
-        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
-        batched = _kl_from_base(model, torch.tensor(rows), mask, width, lengths)
-        alone = [_kl_from_base(model, torch.tensor([ids + answer_ids[k, :lengths[k]].tolist()]),
-                               torch.ones(1, len(ids), dtype=torch.long), len(ids), [lengths[k]])
-                 for k, ids in enumerate(prompt_ids)]
+        drawn = {n: w.clone() for n, w in model.named_parameters() if "lora_B" in n}
+        for n, w in model.named_parameters():
+            if n in drawn:
+                w.zero_()
+        assert answers_and_kl(model, tokenizer, PROBE_PROMPTS, 8)[1]["kl"] == [0.0] * 3  # LoRA's B at zero
+        for n, w in model.named_parameters():
+            if n in drawn:
+                w.copy_(drawn[n])
+        assert all(k > 0 for k in answers_and_kl(model, tokenizer, PROBE_PROMPTS, 8)[1]["kl"])
+        lengths = [6, 2, 4]
+        rows, mask, width, alone_inputs = padded_batch(tokenizer, PROBE_PROMPTS, lengths)
+        batched = _kl_from_base(model, rows, mask, width, lengths)
+        alone = [_kl_from_base(model, ids, m, w, [n]) for (ids, m, w), n in zip(alone_inputs, lengths)]
     assert all(k > 0 for k in batched[0])
-    assert batched[0] == pytest.approx([a[0][0] for a in alone], rel=1e-3, abs=1e-4)
-    assert batched[1] == pytest.approx([a[1][0] for a in alone], rel=1e-3, abs=1e-5)
+    assert batched[0] == pytest.approx([a[0][0] for a in alone], rel=1e-5, abs=2e-5)
+    assert batched[1] == pytest.approx([a[1][0] for a in alone], rel=1e-5, abs=2e-6)
+
+
+def test_the_kl_of_a_bf16_policy_is_computed_in_fp32_and_the_policy_left_as_it_was(tiny_model_dir):
+    """watch.kl_dtype float32 (the default): a bf16 policy's KL is the one an fp32 copy of the same weights gives
+    (rounding moved the CPU default's figure by 4% in bf16), and afterwards every parameter is back in its own
+    dtype, bit for bit, in the same Parameter object (the optimizer holds them)."""
+    import copy
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from mascot.policy.watch import _kl_from_base
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    policy = lora_policy(tiny_model_dir, torch.bfloat16)
+    reference = copy.deepcopy(policy)
+    for t in (*reference.parameters(), *reference.buffers()):
+        t.data = t.data.float()
+    before = {n: (t, t.detach().clone()) for n, t in policy.named_parameters()}
+    assert {t.dtype for t, _ in before.values()} == {torch.bfloat16, torch.float32}  # base bf16, adapter fp32
+    lengths = [6, 2, 4]
+    rows, mask, width, _ = padded_batch(tokenizer, PROBE_PROMPTS, lengths)
+    with torch.no_grad():
+        kl = _kl_from_base(policy, rows, mask, width, lengths)
+        expected = _kl_from_base(reference, rows, mask, width, lengths)
+    assert all(k > 0 for k in kl[0]) and kl[0] == pytest.approx(expected[0], rel=1e-5, abs=2e-5)
+    after = dict(policy.named_parameters())
+    assert all(after[n] is t and t.dtype == old.dtype and torch.equal(t, old) for n, (t, old) in before.items())

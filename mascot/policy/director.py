@@ -114,7 +114,8 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
                        float(SCORE_CHOICES[0]))
 
     def answer(model, tokenizer):
-        raw, kl = answers_and_kl(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature)
+        raw, kl = answers_and_kl(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature,
+                                 kl_dtype=w.kl_dtype)
         # a transcript prompt ends in "Agent:" (the completion continues it); a chat one has no prefill
         directives = [directive_text(r, prefilled=not isinstance(prompt, list)) for r, prompt in zip(raw, prompts)]
         branches = [Branch(q["query_id"], 0, q["context"]) for q in probes]

@@ -54,7 +54,8 @@ def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dic
                        float(SCORE_CHOICES[0]))
 
     def answer(model, tokenizer):
-        raw, kl = answers_and_kl(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature)
+        raw, kl = answers_and_kl(model, tokenizer, prompts, w.max_tokens or p.max_completion_length, w.temperature,
+                                 kl_dtype=w.kl_dtype)
         # what the reward functions read: a chat reply whole, a transcript reply's first line
         answers = [r.strip() if isinstance(prompt, list) else first_line(r) for r, prompt in zip(raw, prompts)]
         rm = scorer.score([(persona_fields(persona), q["context"], a) for (q, persona), a in zip(probes, answers)])

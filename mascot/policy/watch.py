@@ -24,6 +24,7 @@ checks inside TRL's trainer.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 import csv
 import json
 from pathlib import Path
@@ -388,11 +389,31 @@ def greedy_answers(model, tokenizer, prompts: list, max_new_tokens: int, tempera
 KL_BATCH = 8  # probes a forward pass: the log-probs over the vocabulary of 8 x 64 positions stay near 1 GB
 
 
-def _kl_from_base(model, sequences, prompt_mask, width: int, lengths: list[int]) -> tuple[list, list]:
+@contextmanager
+def float32_weights(model):
+    """The model's bf16/fp16 parameters and buffers held in fp32 for the block, then put back in their own
+    dtype, bit for bit (a bf16 value is exact in fp32); the Parameter objects stay the same (optimizer state)."""
+    import torch
+
+    low = [t for t in (*model.parameters(), *model.buffers()) if t.dtype in (torch.bfloat16, torch.float16)]
+    dtypes = [t.dtype for t in low]
+    for t in low:
+        t.data = t.data.float()
+    try:
+        yield
+    finally:
+        for t, dtype in zip(low, dtypes):
+            t.data = t.data.to(dtype)
+
+
+def _kl_from_base(model, sequences, prompt_mask, width: int, lengths: list[int], dtype: str = "float32"
+                  ) -> tuple[list, list]:
     """(per answer: the summed KL over its tokens, the mean) for left-padded prompts followed by their answers,
-    in one forward pass with the adapter and one without. Padding is masked out, and positions count from each
-    row's first real token as `generate` counted them (a rotary model is indifferent to the shift, a model with
-    absolute positions is not), so a padded row is computed as it would be alone (tests/test_watch.py)."""
+    in one forward pass with the adapter and one without, in fp32 (`dtype` float32) or the policy's own precision
+    (auto). Each row is moved to the left edge (its prompt, its answer, then filler on the right) and run without
+    an attention mask: causal attention never reads to the right, so a row is computed as it is alone. In fp32 a
+    batch gives each probe its KL alone; in bf16 rounding alone moved the CPU default's figure by 4% either way
+    (tests/test_watch.py, docs/results.md)."""
     import torch
 
     from mascot.precision import native_bf16
@@ -400,16 +421,28 @@ def _kl_from_base(model, sequences, prompt_mask, width: int, lengths: list[int])
     longest = max(lengths)
     if longest == 0:
         return [0.0] * len(lengths), [0.0] * len(lengths)
-    answer_mask = (torch.arange(longest, device=sequences.device)[None, :]
-                   < torch.tensor(lengths, device=sequences.device)[:, None]).to(prompt_mask.dtype)
-    mask = torch.cat([prompt_mask, answer_mask], dim=1)
-    inputs = {"input_ids": sequences[:, :width + longest], "attention_mask": mask,
-              "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
-    answer_logits = slice(width - 1, width - 1 + longest)  # the logits that predict each answer token
-    with torch.autocast(sequences.device.type, dtype=torch.bfloat16, enabled=native_bf16()):
-        policy = model(**inputs).logits[:, answer_logits].float().log_softmax(-1)
+    prompt_lengths = prompt_mask.sum(-1).tolist()
+    real = [sequences[r, width - n_prompt: width + n_answer]
+            for r, (n_prompt, n_answer) in enumerate(zip(prompt_lengths, lengths))]
+    span = max(len(ids) for ids in real)
+    filler = real[0][0]  # any token: nothing to its left reads it
+    ids = torch.stack([torch.cat([row, row.new_full((span - len(row),), filler)]) for row in real])
+    # the logits that predict each answer token: from the last prompt position on, clamped inside the row
+    at = torch.tensor(prompt_lengths, device=ids.device)[:, None] - 1 + torch.arange(longest, device=ids.device)[None]
+    at = at.clamp(max=span - 1)
+    answer_mask = (torch.arange(longest, device=ids.device)[None, :]
+                   < torch.tensor(lengths, device=ids.device)[:, None]).float()
+
+    def log_probs():
+        logits = model(input_ids=ids).logits
+        return logits.gather(1, at[:, :, None].expand(-1, -1, logits.shape[-1])).float().log_softmax(-1)
+
+    full = dtype == "float32"
+    with float32_weights(model) if full else nullcontext(), \
+            torch.autocast(sequences.device.type, dtype=torch.bfloat16, enabled=not full and native_bf16()):
+        policy = log_probs()
         with model.disable_adapter():
-            base = model(**inputs).logits[:, answer_logits].float().log_softmax(-1)
+            base = log_probs()
     kl_positions = (policy.exp() * (policy - base)).sum(-1).clamp(min=0) * answer_mask
     sums = kl_positions.sum(-1)
     return ([round(float(x), 5) for x in sums],
@@ -417,7 +450,7 @@ def _kl_from_base(model, sequences, prompt_mask, width: int, lengths: list[int])
 
 
 def answers_and_kl(model, tokenizer, prompts: list, max_new_tokens: int, temperature: float = 0.0,
-                   kl: bool = True) -> tuple[list[str], dict[str, list]]:
+                   kl: bool = True, kl_dtype: str = "float32") -> tuple[list[str], dict[str, list]]:
     """`greedy_answers`, and (with `kl`) how far each answer's policy is from the base policy: per probe, the KL
     of the current policy from the adapter-free model (PEFT's disable_adapter: no second copy in memory), exact
     over the vocabulary at each position of the answer's own tokens, summed over the answer ("kl", nats per
@@ -452,7 +485,7 @@ def answers_and_kl(model, tokenizer, prompts: list, max_new_tokens: int, tempera
     per_completion, per_token = [], []
     for first in range(0, len(out), KL_BATCH):
         rows = slice(first, first + KL_BATCH)
-        kl_sum, kl_mean = _kl_from_base(model, out[rows], enc["attention_mask"][rows], width, lengths[rows])
+        kl_sum, kl_mean = _kl_from_base(model, out[rows], enc["attention_mask"][rows], width, lengths[rows], kl_dtype)
         per_completion += kl_sum
         per_token += kl_mean
     return answers, {"kl": per_completion, "kl_token": per_token}
