@@ -306,3 +306,9 @@ def test_the_kl_of_a_bf16_policy_is_computed_in_fp32_and_the_policy_left_as_it_w
     assert all(k > 0 for k in kl[0]) and kl[0] == pytest.approx(expected[0], rel=1e-5, abs=2e-5)
     after = dict(policy.named_parameters())
     assert all(after[n] is t and t.dtype == old.dtype and torch.equal(t, old) for n, (t, old) in before.items())
+    # inside the trainer: accelerate's mixed precision wraps the forward in bf16 autocast (as it does, with the
+    # forward beneath kept in _original_forward); the KL is still the fp32 one
+    policy._original_forward = policy.forward
+    policy.forward = torch.autocast("cpu", dtype=torch.bfloat16)(policy.forward)
+    with torch.no_grad():
+        assert _kl_from_base(policy, rows, mask, width, lengths)[0] == pytest.approx(expected[0], rel=1e-5, abs=2e-5)

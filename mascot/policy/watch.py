@@ -435,11 +435,15 @@ def _kl_from_base(model, sequences, prompt_mask, width: int, lengths: list[int],
     answer_mask = (torch.arange(longest, device=ids.device)[None, :]
                    < torch.tensor(lengths, device=ids.device)[:, None]).float()
 
+    full = dtype == "float32"
+    # under the trainer, accelerate's mixed precision wraps the model's forward in bf16 autocast, which would
+    # override ours: fp32 calls the forward beneath it
+    forward = getattr(model, "_original_forward", model) if full else model
+
     def log_probs():
-        logits = model(input_ids=ids).logits
+        logits = forward(input_ids=ids).logits
         return logits.gather(1, at[:, :, None].expand(-1, -1, logits.shape[-1])).float().log_softmax(-1)
 
-    full = dtype == "float32"
     with float32_weights(model) if full else nullcontext(), \
             torch.autocast(sequences.device.type, dtype=torch.bfloat16, enabled=not full and native_bf16()):
         policy = log_probs()
