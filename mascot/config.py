@@ -389,7 +389,7 @@ class WatchParams(Block):
     # passes this; the adapter kept is the check the judge scored best (None: off)
     max_kl: float | None = Field(None, gt=0)
     # the KL's two forward passes: float32 (a bf16 or fp16 policy is lifted to fp32 for them and put back bit for
-    # bit), or the policy's own precision (auto: bf16 where native; rounding moved the CPU default's KL by 4%,
+    # bit), or the policy's own precision (auto: bf16 where native; rounding put the CPU default's KL off by 4-75%,
     # docs/results.md; for a policy too large for an fp32 copy, or sharded weights)
     kl_dtype: Literal["float32", "auto"] = "float32"
 

@@ -414,7 +414,7 @@ def _kl_from_base(model, sequences, prompt_mask, width: int, lengths: list[int],
     in one forward pass with the adapter and one without, in fp32 (`dtype` float32) or the policy's own precision
     (auto). Each row is moved to the left edge (its prompt, its answer, then filler on the right) and run without
     an attention mask: causal attention never reads to the right, so a row is computed as it is alone. In fp32 a
-    batch gives each probe its KL alone; in bf16 rounding alone moved the CPU default's figure by 4% either way
+    batch gives each probe its KL alone; in bf16 rounding put the CPU default's figure off by 4% to 75%
     (tests/test_watch.py, docs/results.md)."""
     import torch
 
