@@ -489,9 +489,12 @@ def answers_and_kl(model, tokenizer, prompts: list, max_new_tokens: int, tempera
     lengths = [next((k + 1 for k, tok in enumerate(row[width:].tolist()) if tok in stops), out.shape[1] - width)
                for row in out]
     per_completion, per_token = [], []
-    for first in range(0, len(out), KL_BATCH):
-        rows = slice(first, first + KL_BATCH)
-        kl_sum, kl_mean = _kl_from_base(model, out[rows], enc["attention_mask"][rows], width, lengths[rows], kl_dtype)
-        per_completion += kl_sum
-        per_token += kl_mean
+    # lifted once for all the batches (each batch's own lift then finds nothing to lift)
+    with float32_weights(model) if kl_dtype == "float32" else nullcontext():
+        for first in range(0, len(out), KL_BATCH):
+            rows = slice(first, first + KL_BATCH)
+            kl_sum, kl_mean = _kl_from_base(model, out[rows], enc["attention_mask"][rows], width, lengths[rows],
+                                            kl_dtype)
+            per_completion += kl_sum
+            per_token += kl_mean
     return answers, {"kl": per_completion, "kl_token": per_token}
