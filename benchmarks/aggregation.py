@@ -10,7 +10,8 @@ one chosen), or found under one aggregation only, with examples; the `mean` set 
 data/pairs.jsonl. With `--train`, a reward model is trained on each set (the copy's train_rm block, nothing
 logged) and measured on its own eval pairs, on the other set's, and on the held-out human pairs (the yardstick
 neither trained on). Each model's figures are written to the report as soon as they are measured, and its adapter
-is kept under reports/aggregation-models/: run it again to resume where it stopped.
+is kept under reports/aggregation-models/ (keyed on its pairs and train_rm block): run it again to resume
+where it stopped.
 """
 from __future__ import annotations
 
@@ -92,6 +93,7 @@ def train_and_measure(params, sets: dict[str, list[dict]], personas: dict, work:
     """A reward model on each set (the copy's train_rm block; nothing logged), measured on its own eval pairs,
     the other set's eval pairs and the held-out human pairs: yields (aggregate, figures) as each is measured. An
     adapter already trained under `work` is reused (resume)."""
+    from mascot.checkpoints import checkpoint_dir
     from mascot.promote import measure
     from mascot.reward.evaluation import held_out_human, human_set_metrics
     from mascot.reward.scorer import RewardScorer
@@ -99,10 +101,12 @@ def train_and_measure(params, sets: dict[str, list[dict]], personas: dict, work:
 
     human = held_out_human(params)
     for aggregate, pairs in sets.items():
-        model_dir, done = work / aggregate, work / f"{aggregate}.trained"
+        # keyed on the pairs and the training block, as a stage's checkpoints are: other inputs train afresh
+        run = checkpoint_dir(aggregate, pairs, params.train_rm.model_dump(), root=work)
+        model_dir, done = run / "model", run / "trained"
         if not done.exists():
             print(f"aggregation: training the {aggregate} reward model on {len(pairs)} pairs -> {model_dir}")
-            train_reward_model(pairs, personas, params.train_rm, model_dir, work / f"{aggregate}-ckpt",
+            train_reward_model(pairs, personas, params.train_rm, model_dir, run / "checkpoints",
                                report_to=(), min_n=params.stats.min_n)
             done.write_text("trained\n")
         scorer, figures = RewardScorer.from_dir(model_dir), {}
@@ -117,6 +121,7 @@ def train_and_measure(params, sets: dict[str, list[dict]], personas: dict, work:
                                                       "human_pairs_n", "human_length_baseline",
                                                       "human_pairs_controlled", "human_pairs_controlled_n")}
         yield aggregate, figures
+
 
 if __name__ == "__main__":
     sys.exit(main())
