@@ -61,18 +61,32 @@ def _comparison(fig: dict, min_n: int) -> tuple[str, str, str, str]:
     return text, str(fig["n"]), _fmt(fig.get("p_sign")), reading
 
 
+def _equal_length_cells(eq: dict | None) -> str:
+    """An equal-length figure's two cells: the intercept (its interval; "extrapolated" where the data never reach
+    equal length), then the length-matched subset."""
+    if not eq:
+        return " | "
+    head = f"{_fmt(eq.get('mean'))} [{_fmt(eq.get('ci_low'))}, {_fmt(eq.get('ci_high'))}]"
+    if eq.get("extrapolated"):
+        head += f" (extrapolated: {_fmt(eq.get('overlap'))} of probes at or past equal length)"
+    m = eq.get("matched") or {}
+    return f"{head} | {_fmt(m.get('mean'))} [{_fmt(m.get('ci_low'))}, {_fmt(m.get('ci_high'))}], {m.get('n')}"
+
+
 def speaker_table(evaluate: dict, dimensions: list[str], min_n: int) -> list[str]:
     diffs = evaluate.get("grpo_minus_base", {})
-    lines = ["| figure | base | GRPO | GRPO - base [95% interval] | n | sign-test p | reading |",
-             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    lines = ["| figure | base | GRPO | GRPO - base [95% interval] | n | sign-test p | reading | "
+             "at equal length [95% interval over conversations] | length-matched [95%], n |",
+             "| --- | ---: | ---: | --- | ---: | ---: | --- | --- | --- |"]
     for key, label in ([(f"judge_{d}", d) for d in dimensions] + [("judge_total", "**total (mean of the five)**"),
                        ("judge_total_not_longer", "total, where the GRPO reply is not longer"),
                        ("rm_score", "reward model"), ("reply_words", "reply words")]):
         fig = diffs.get(key, {})
         diff, n, p, reading = _comparison(fig, min_n)
-        lines.append(f"| {label} | {_fmt(fig.get('base'))} | {_fmt(fig.get('grpo'))} | {diff} | {n} | {p} | {reading} |")
+        lines.append(f"| {label} | {_fmt(fig.get('base'))} | {_fmt(fig.get('grpo'))} | {diff} | {n} | {p} | {reading} | "
+                     f"{_equal_length_cells(fig.get('equal_length'))} |")
     clip = (evaluate.get("base", {}).get("clipped_fraction"), evaluate.get("grpo", {}).get("clipped_fraction"))
-    lines.append(f"| replies cut at the token budget | {_fmt(clip[0])} | {_fmt(clip[1])} | | | | |")
+    lines.append(f"| replies cut at the token budget | {_fmt(clip[0])} | {_fmt(clip[1])} | | | | | | |")
     return lines
 
 
@@ -134,6 +148,10 @@ def verdicts(judge_check: dict, rm: dict, grpo: dict, evaluate: dict) -> list[st
     j = evaluate.get("grpo_minus_base", {}).get("judge_total", {})
     out.append(("evaluate: the judge prefers GRPO on held-out probes", (j.get("ci_low") or 0) > 0,
                 f"{_fmt(j.get('diff'))} [{_fmt(j.get('ci_low'))}, {_fmt(j.get('ci_high'))}], n {j.get('n')}"))
+    eq = j.get("equal_length") or {}
+    out.append(("evaluate: ... and at equal length", (eq.get("ci_low") or 0) > 0 and not eq.get("extrapolated"),
+                f"{_fmt(eq.get('mean'))} [{_fmt(eq.get('ci_low'))}, {_fmt(eq.get('ci_high'))}], n {eq.get('n')}"
+                + (" (extrapolated)" if eq.get("extrapolated") else "")))
     lines = ["| link | held | figure |", "| --- | --- | --- |"]
     broke = None
     for name, ok, fig in out:

@@ -142,3 +142,89 @@ def cluster_spearman_with_ci(x: list[float], y: list[float], clusters: list[str]
         lo, hi = np.quantile(rhos, [0.025, 0.975])
         out["ci_low"], out["ci_high"] = round(float(lo), 4), round(float(hi), 4)
     return out
+
+
+# A paired difference at equal length (AlpacaEval 2's length control, Dubois et al. 2024, made paired for small n):
+# regress each item's difference on its length difference and read the intercept. Below this share of items on
+# the far side of equal length (or at it) the intercept is a line drawn past the data: said, not hidden.
+MIN_LENGTH_OVERLAP = 0.1
+# the length-matched subset: items whose two sides differ by at most this share of the longer one
+LENGTH_MATCH_WITHIN = 0.2
+
+
+def _ols_intercepts(sums: np.ndarray) -> np.ndarray:
+    """Intercepts of y on x from summed (n, Sx, Sy, Sxx, Sxy) rows; nan where x does not vary."""
+    n, sx, sy, sxx, sxy = sums.T
+    det = n * sxx - sx * sx
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(det > 1e-9 * np.maximum(n * sxx, 1.0), (sy * sxx - sx * sxy) / det, np.nan)
+
+
+def equal_length_difference(diffs: list[float], length_diffs: list[float], clusters: list[str] | None = None,
+                            lengths: list[tuple[float, float]] | None = None, unit: str = "words",
+                            null: float = 0.0, seed: int = 0, rounds: int = 2000, min_n: int = DEFAULT_MIN_N,
+                            min_overlap: float = MIN_LENGTH_OVERLAP, match_within: float = LENGTH_MATCH_WITHIN) -> dict:
+    """A paired difference (or a win, 1/0/0.5) at equal length: the intercept of the per-item difference regressed
+    on the per-item length difference (`unit`), its 95% percentile bootstrap interval over `clusters` (items
+    resampled whole with their cluster: a conversation's items share a person and a mood), the slope (what one
+    more `unit` is worth), n, and `overlap`, the share of items on the minority side of equal length (at it
+    included): under `min_overlap` the intercept is `extrapolated`. Where the lengths do not vary it is the plain
+    mean if they are all equal, else None. With `lengths` (each item's two lengths) also the length-matched
+    subset: items whose lengths differ by at most `match_within` of the longer, its mean, interval and n."""
+    y, x = np.asarray(diffs, dtype=float), np.asarray(length_diffs, dtype=float)
+    clusters = list(clusters) if clusters is not None else [str(k) for k in range(len(y))]
+    n = len(y)
+    out: dict = {"mean": None, "ci_low": None, "ci_high": None, "n": n, "clusters": len(set(clusters)),
+                 "slope": None, "overlap": None, "extrapolated": None, "unit": unit, "too_few_to_tell": n < min_n}
+    if n:
+        out["overlap"] = round(float(min(np.mean(x <= 0), np.mean(x >= 0))), 4)
+        out["extrapolated"] = bool(out["overlap"] < min_overlap)
+        rows = np.stack([np.ones(n), x, y, x * x, x * y], axis=1)
+        if np.ptp(x) == 0:
+            if x[0] == 0:  # every item already at equal length: the plain mean is the figure
+                fig = cluster_mean_with_ci(list(y), clusters, seed, None, rounds, min_n)
+                out.update({k: fig[k] for k in ("mean", "ci_low", "ci_high")}, extrapolated=False)
+        else:
+            point = _ols_intercepts(rows.sum(axis=0, keepdims=True))[0]
+            out["mean"] = round(float(point), 4)
+            sxx = float(((x - x.mean()) ** 2).sum())
+            out["slope"] = round(float(((x - x.mean()) * (y - y.mean())).sum() / sxx), 6)
+            names = sorted(set(clusters))
+            if len(names) >= 2:
+                index = {c: k for k, c in enumerate(names)}
+                per = np.zeros((len(names), 5))
+                np.add.at(per, [index[c] for c in clusters], rows)
+                draws = np.random.default_rng(seed).integers(0, len(names), size=(rounds, len(names)))
+                boot = _ols_intercepts(per[draws].sum(axis=1))
+                boot = boot[~np.isnan(boot)]
+                if len(boot) >= rounds // 2:  # most replicates had lengths that vary
+                    lo, hi = np.quantile(boot, [0.025, 0.975])
+                    out["ci_low"], out["ci_high"] = round(float(lo), 4), round(float(hi), 4)
+    if lengths is not None:
+        keep = [k for k, (a, b) in enumerate(lengths) if abs(a - b) <= match_within * max(a, b, 1)]
+        fig = cluster_mean_with_ci([float(y[k]) for k in keep], [clusters[k] for k in keep], null=null, min_n=min_n) \
+            if keep else {"mean": None, "ci_low": None, "ci_high": None, "n": 0, "clusters": 0, "too_few_to_tell": True}
+        out["matched"] = {**{k: fig[k] for k in ("mean", "ci_low", "ci_high", "n", "too_few_to_tell")},
+                          "within": match_within}
+    return out
+
+
+def describe_equal_length(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:
+    """An equal-length figure as one reads it: the intercept with interval and n, what a unit of length is worth,
+    whether it is an extrapolation, and the length-matched subset."""
+    if fig.get("mean") is None:
+        text = f"none (every item differs in {fig.get('unit', 'words')} by the same amount: no line to read) n={fig['n']}"
+    else:
+        text = f"{fig['mean']} [{fig['ci_low']}, {fig['ci_high']}] n={fig['n']}"
+    if fig.get("too_few_to_tell"):
+        text += f" ({TOO_FEW}: n < {min_n})"
+    if fig.get("slope") is not None:
+        text += f", {fig['slope']:+.4g} a {fig['unit'].rstrip('s')}"
+    if fig.get("extrapolated"):
+        text += (f"; EXTRAPOLATED: only {fig['overlap']:.0%} of items at or past equal length, "
+                 "the line is drawn beyond the data")
+    if "matched" in fig:
+        m = fig["matched"]
+        text += (f"; length-matched (within {m['within']:.0%}) {m['mean']} [{m['ci_low']}, {m['ci_high']}] n={m['n']}"
+                 + (f" ({TOO_FEW})" if m["too_few_to_tell"] else ""))
+    return text

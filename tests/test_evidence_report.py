@@ -21,12 +21,19 @@ def test_the_verdicts_name_the_first_link_that_broke():
     report = _report()
     rm_length = {"eval_accuracy": 0.6, "eval_accuracy_ci_low": 0.52, "eval_accuracy_ci_high": 0.68, "eval_pairs": 60,
                  "eval_length_baseline_accuracy": 0.58}
-    evaluate = {"grpo_minus_base": {"judge_total": {"diff": 0.2, "ci_low": 0.05, "ci_high": 0.3, "n": 45}}}
+    evaluate = {"grpo_minus_base": {"judge_total": {"diff": 0.2, "ci_low": 0.05, "ci_high": 0.3, "n": 45,
+                                                    "equal_length": {"mean": 0.1, "ci_low": 0.02, "ci_high": 0.2,
+                                                                     "n": 45, "extrapolated": False}}}}
     lines = report.verdicts(JUDGE, rm_length, GRPO, evaluate)
     # the reward model's interval does not clear the length baseline: that link broke, whatever came after
     assert lines[-1] == "First link that did not hold: **reward model ranks the judge's pairs**."
     rm_ok = {**rm_length, "eval_accuracy_ci_low": 0.62}
     assert report.verdicts(JUDGE, rm_ok, GRPO, evaluate)[-1] == "Every link held."
+    # a gain that is length: raw up, at equal length only by extrapolation
+    length = {"grpo_minus_base": {"judge_total": {**evaluate["grpo_minus_base"]["judge_total"], "equal_length": {
+        "mean": 0.1, "ci_low": 0.02, "ci_high": 0.2, "n": 45, "extrapolated": True, "overlap": 0.02}}}}
+    assert report.verdicts(JUDGE, rm_ok, GRPO, length)[-1] == \
+        "First link that did not hold: **evaluate: ... and at equal length**."
     flat = {"grpo_minus_base": {"judge_total": {"diff": 0.0, "ci_low": -0.1, "ci_high": 0.1, "n": 45}}}
     assert "evaluate" in report.verdicts(JUDGE, rm_ok, GRPO, flat)[-1]
 
@@ -41,6 +48,12 @@ def test_the_speaker_table_says_too_few_to_tell_below_min_n():
     table = "\n".join(report.speaker_table(evaluate, ["perceived_empathy"], 10))
     assert "| **total (mean of the five)** | 3.000 | 3.400 | 0.400 [0.100, 0.700] | 45 | 0.010 | up |" in table
     assert "| total, where the GRPO reply is not longer | 3.000 | 3.100 | 0.100 [0.000, 0.300] | 6 | 0.500 | too few to tell |" in table
+    eq = {"mean": 0.05, "ci_low": -0.1, "ci_high": 0.2, "n": 45, "extrapolated": True, "overlap": 0.04,
+          "matched": {"mean": 0.0, "ci_low": -0.2, "ci_high": 0.2, "n": 7}}
+    evaluate["grpo_minus_base"]["judge_total"]["equal_length"] = eq
+    table = "\n".join(report.speaker_table(evaluate, ["perceived_empathy"], 10))
+    assert ("| up | 0.050 [-0.100, 0.200] (extrapolated: 0.040 of probes at or past equal length) | "
+            "0.000 [-0.200, 0.200], 7 |") in table
     assert "| replies cut at the token budget | 0.900 | 0.200 |" in table
     assert "| perceived_empathy | - | - | - | 0 | - | no data |" in table
 

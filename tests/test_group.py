@@ -271,6 +271,25 @@ def test_a_failed_conversation_counts_at_the_floor_in_the_comparison():
     assert fig["n"] == 4 and fig["mean"] == round((1.0 * 3 - 2.0) / 4, 4) and fig["too_few_to_tell"]
 
 
+def test_a_directors_gain_is_also_given_at_equal_block_length():
+    """trained - random on blocks whose score is their length: the raw gain is there, at equal length it is not."""
+    from mascot.policy.evaluate_group import block_words, describe_results, paired_vs
+
+    def records(words):
+        return [{"query_id": f"q{i}", "turns": [{"role": "user", "text": "hi"},
+                                                {"role": "agent", "text": "w " * w}]} for i, w in enumerate(words)]
+
+    random_words = [10 + (i % 5) for i in range(12)]
+    trained_words = [w + 2 + (i % 4) * 3 - 3 for i, w in enumerate(random_words)]  # longer on the whole, not always
+    lengths = (block_words(records(random_words)), block_words(records(trained_words)))
+    random = {q: 2.0 + 0.1 * w for q, w in lengths[0].items()}
+    trained = {q: 2.0 + 0.1 * w for q, w in lengths[1].items()}
+    fig = paired_vs(random, trained, 10, lengths, {f"q{i}": f"c{i // 2}" for i in range(12)})
+    assert fig["mean"] > 0 and fig["equal_length"]["mean"] == 0.0 and fig["equal_length"]["clusters"] == 6
+    lines = describe_results({"minus_random_collective_total": {"trained": fig}}, [], 12, 1, 10)
+    assert any(line.strip().startswith("at equal length") for line in lines)
+
+
 def test_a_condition_is_judged_from_its_records_alone(personas):
     """evaluate_group's core: a condition's records, a judge and a group reward model in, its figures, totals and
     judged records out; no file, no server."""

@@ -85,6 +85,21 @@ def test_length_controlled_pairs_are_those_whose_preferred_turn_is_not_longer():
     assert fig["controlled"]["n"] == 1 and fig["length_baseline_controlled"]["mean"] == 0.0
 
 
+def test_at_equal_length_a_length_rule_is_a_coin_and_a_scorer_of_the_ratings_is_still_right():
+    # 12 conversations; the preferred turn is longer in most, shorter in some: every pair, not only the not-longer
+    ratings, words = {}, {}
+    for c in range(12):
+        ratings[f"c{c}"] = [5, 1]
+        words[f"c{c}-0"], words[f"c{c}-1"] = 10 + (c % 4) * 6, 16 + (c % 3) * 2
+    items = _items(ratings, words)
+    by_length = human_ratings.agreement(items, {i["item_id"]: float(i["words"]) for i in items}, 2)
+    by_rating = human_ratings.agreement(items, {i["item_id"]: float(i["rating"]) for i in items}, 2)
+    assert by_length["pairs"]["mean"] != 0.5 and abs(by_length["equal_length"]["mean"] - 0.5) < 0.15
+    assert by_rating["equal_length"]["mean"] == 1.0 and by_rating["equal_length"]["n"] == 12
+    assert by_rating["equal_length"]["clusters"] == 12 and not by_rating["equal_length"]["extrapolated"]
+    assert "at equal length" in human_ratings.describe_agreement(by_rating)
+
+
 def test_the_interval_resamples_conversations_not_pairs():
     # ten conversations, each all right or all wrong: pairs within one are not independent evidence
     values, clusters = [], []

@@ -176,3 +176,18 @@ def test_evaluate_differences_per_dimension_and_where_grpo_is_not_longer():
     # the whole gain came with length: where the GRPO reply is not longer, none is left
     assert d["judge_total_not_longer"]["n"] == 2 and d["judge_total_not_longer"]["diff"] == 0.0
     assert d["reply_words"]["diff"] == 1.0
+    # and at equal length: the regression on the word difference reads 0 where the lengths meet, 1 a word
+    eq = d["judge_total"]["equal_length"]
+    assert eq["mean"] == 0.0 and eq["slope"] == 1.0 and eq["n"] == 4 and eq["overlap"] == 0.5
+    assert eq["matched"]["n"] == 2 and eq["matched"]["mean"] == 0.0
+    assert "reply_words" not in d or "equal_length" not in d["reply_words"]
+
+
+def test_a_judge_gain_that_is_length_is_called_length():
+    from mascot.policy.evaluate import length_verdict
+
+    up = {"diff": 0.3, "ci_low": 0.1, "ci_high": 0.5}
+    assert length_verdict({**up, "equal_length": {"ci_low": 0.05, "extrapolated": False}}) == "gain"
+    assert length_verdict({**up, "equal_length": {"ci_low": -0.1, "extrapolated": False}}) == "length"
+    assert length_verdict({**up, "equal_length": {"ci_low": 0.05, "extrapolated": True}}) == "length"
+    assert length_verdict({**up, "ci_low": -0.1, "equal_length": {"ci_low": 0.05}}) == "none"

@@ -4,7 +4,8 @@ import json
 import pytest
 import yaml
 
-from mascot.policy.watch import IMPROVING, NOT_LEARNING, OVER, TOO_FEW, distinct_2, probe_row, should_stop, verdict
+from mascot.policy.watch import (IMPROVING, LENGTH, NOT_LEARNING, OVER, TOO_FEW, distinct_2, probe_row, should_stop,
+                                 verdict)
 
 
 def checks_of(rm_by_check, judge_by_check, n=12):
@@ -23,6 +24,24 @@ def test_the_verdict_rule(rm, judge, expected):
     assert result["verdict"] == expected, result
     assert result["n"] == 12 and result["change"]["reward_model"]["n"] == 12
     assert (result["rm_judge_spearman"] is None) == (expected == NOT_LEARNING)  # a constant series has no rank
+
+
+def test_a_judge_gain_that_is_length_is_not_improving():
+    """The judge pays 0.05 a word and nothing else; the policy's answers grew: raw, the judge rose, at equal length
+    it did not. The same rise with lengths that grew unevenly, judge unmoved by them, stays `improving`."""
+    n = 12
+    first = probe_row(0, ["w " * 10] * n, [0.0] * n, [3.0] * n)
+    grew = [4 + (i % 5) for i in range(n)]  # every answer longer, by 4 to 8 words: no probe at equal length
+    by_length = probe_row(4, ["w " * (10 + g) for g in grew], [1.0 + 0.01 * i for i in range(n)],
+                          [3.0 + 0.05 * g for g in grew])
+    result = verdict([first, by_length], judge_margin=0.05)
+    assert result["verdict"] == LENGTH, result
+    assert result["change"]["judge_equal_length"]["extrapolated"] and "the gain is length" in result["why"]
+    moved = [(-3, 3)[i % 2] + (i % 3) for i in range(n)]  # some shorter, some longer
+    better = probe_row(4, ["w " * (10 + m) for m in moved], [1.0 + 0.01 * i for i in range(n)],
+                       [3.4 + 0.01 * i for i in range(n)])
+    kept = verdict([first, better], judge_margin=0.05)
+    assert kept["verdict"] == IMPROVING and kept["change"]["judge_equal_length"]["ci_low"] > 0, kept
 
 
 def test_too_few_probes_or_checks_is_too_few_to_tell():

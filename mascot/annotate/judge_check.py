@@ -202,14 +202,16 @@ def headline(fig: dict, g: Granularity = REPLY) -> dict:
 
 def human_headline(fig: dict) -> dict:
     """The agreement with people as flat figures (`human_pairs`, its interval, n pairs and conversations, the
-    length baseline, the length-controlled pairs, Spearman, each dimension's)."""
+    length baseline, the pairs where the preferred turn is not longer, the agreement at equal length, Spearman, each
+    dimension's)."""
     out = {}
     for key, name in (("pairs", "human_pairs"), ("length_baseline", "human_length_baseline"),
                       ("controlled", "human_pairs_controlled"),
                       ("length_baseline_controlled", "human_length_baseline_controlled"),
-                      ("spearman", "human_spearman")):
+                      ("equal_length", "human_pairs_equal_length"), ("spearman", "human_spearman")):
         f = fig[key]
         out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
+    out["human_pairs_equal_length_extrapolated"] = fig["equal_length"]["extrapolated"]
     out["human_pairs_conversations"] = fig["pairs"]["clusters"]
     for d, f in (fig.get("by_dimension") or {}).items():
         out.update({f"human_pairs.{d}": f["pairs"], f"human_spearman.{d}": f["spearman"]})

@@ -23,7 +23,8 @@ from mascot.data.personas import load_personas
 from mascot.data.prepare import load_source, token_counter
 from mascot.data.queries import CountTokens, context_window
 from mascot.io import BadRows, InputError, write_json, write_jsonl
-from mascot.stats import DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, cluster_spearman_with_ci, pairwise_wins
+from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, cluster_spearman_with_ci, describe_equal_length,
+                          equal_length_difference, pairwise_wins)
 
 LENGTH = "length"  # the baseline scorer: a reply's words
 
@@ -110,11 +111,21 @@ def _pair_figure(pairs: list[tuple[dict, dict]], score: dict[str, float], min_n:
     return fig
 
 
+def _equal_length_figure(pairs: list[tuple[dict, dict]], score: dict[str, float], min_n: int) -> dict:
+    """The agreement at equal length: each pair's win (1/0/0.5) regressed on the preferred turn's extra words, the
+    intercept with its interval over conversations, and the length-matched pairs' agreement."""
+    wins = pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
+    return equal_length_difference(wins, [hi["words"] - lo["words"] for hi, lo in pairs],
+                                   [hi["conversation_id"] for hi, _ in pairs],
+                                   lengths=[(hi["words"], lo["words"]) for hi, lo in pairs], null=0.5, min_n=min_n)
+
+
 def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimension: dict[str, dict] | None = None,
               min_n: int = DEFAULT_MIN_N) -> dict:
     """How far a scorer (`score`: item id -> score; items without one are left out) agrees with people:
     `pairs` (the preferred turn scored higher), `length_baseline` on the same pairs, `controlled` and
-    `length_baseline_controlled` on the pairs where the preferred turn is not longer, `spearman` of score and
+    `length_baseline_controlled` on the pairs where the preferred turn is not longer, `equal_length` (every pair,
+    the win regressed on the word difference: the agreement where the two turns are as long), `spearman` of score and
     rating over the items; `by_dimension` (dimension -> item id -> score) adds each dimension's pairs and
     Spearman."""
     scored = [i for i in items if score.get(i["item_id"]) is not None]
@@ -126,6 +137,7 @@ def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimen
            "length_baseline": _pair_figure(pairs, words, min_n),
            "controlled": _pair_figure(controlled, score, min_n),
            "length_baseline_controlled": _pair_figure(controlled, words, min_n),
+           "equal_length": _equal_length_figure(pairs, score, min_n),
            "spearman": cluster_spearman_with_ci([score[i["item_id"]] for i in scored], [i["rating"] for i in scored],
                                                convs, min_n=min_n)}
     if by_dimension:
@@ -159,7 +171,8 @@ def describe_agreement(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:
     few = f" ({TOO_FEW}: n < {min_n})" if p["too_few_to_tell"] else ""
     return (f"human pairs {p['mean']} [{p['ci_low']}, {p['ci_high']}]{few} on {p['n']} pairs of {p['clusters']} "
             f"conversations (longer turn wins: {base['mean']}); where the preferred turn is not longer "
-            f"{c['mean']} [{c['ci_low']}, {c['ci_high']}] on {c['n']} (longer wins: {fig['length_baseline_controlled']['mean']})")
+            f"{c['mean']} [{c['ci_low']}, {c['ci_high']}] on {c['n']} (longer wins: {fig['length_baseline_controlled']['mean']}); "
+            f"at equal length {describe_equal_length(fig['equal_length'], min_n)}")
 
 
 def main(params, out: str = "data/human/items.jsonl", metrics: str = "metrics/human_set.json") -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from statistics import fmean
+import time
 
 from mascot.annotate.function_judge import make_judge
 from mascot.annotate.generate import generate_candidates
@@ -17,8 +18,8 @@ from mascot.config import GenerateParams
 from mascot.data.personas import load_personas
 from mascot.granularity import persona_fields
 from mascot.io import columns_of, load_jsonl, write_json, write_jsonl
-from mascot.splits import held_out
-from mascot.stats import DEFAULT_MIN_N, describe, mean_with_ci
+from mascot.splits import conversation_of, held_out
+from mascot.stats import DEFAULT_MIN_N, describe, describe_equal_length, equal_length_difference, mean_with_ci
 
 
 def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[dict, list[dict]]:
@@ -73,27 +74,68 @@ def _words(r) -> int:
 
 
 def paired_differences(base: list[dict], grpo: list[dict], dimensions: tuple[str, ...] = (),
-                       min_n: int = DEFAULT_MIN_N) -> dict:
+                       min_n: int = DEFAULT_MIN_N, conversation: dict[str, str] | None = None) -> dict:
     """GRPO minus base on the same queries: mean difference, paired bootstrap 95% interval, n, for the
     reward-model score, the judge total, each rubric dimension in `dimensions` and the reply length (words);
-    and the judge total again on the probes where the GRPO reply is not longer than the base reply, so that
-    a gain that is all length shows as such. An interval that holds 0 is no evidence of a difference."""
+    the judge total again on the probes where the GRPO reply is not longer than the base reply; and each score's
+    difference at equal length (`equal_length`: the intercept of the difference regressed on the word difference,
+    its interval over conversations (`conversation`: query id -> conversation), the length-matched subset), so
+    that a gain that is all length shows as such. An interval that holds 0 is no evidence of a difference."""
     b_by = {r["candidate_id"].rsplit("|", 1)[0]: r for r in base}
     pairs = [(b_by[k], r) for r in grpo if (k := r["candidate_id"].rsplit("|", 1)[0]) in b_by]
     not_longer = [(b, g) for b, g in pairs if _words(g) <= _words(b)]
+    conversation = conversation or {}
     out = {}
     for name, get, subset in (("rm_score", lambda r: r["rm_score"], pairs),
                               ("judge_total", _judged(None), pairs),
                               *((f"judge_{d}", _judged(d), pairs) for d in dimensions),
                               ("judge_total_not_longer", _judged(None), not_longer),
                               ("reply_words", _words, pairs)):
-        vals = [(get(b), get(g)) for b, g in subset]
-        vals = [(x, y) for x, y in vals if x is not None and y is not None]
-        fig = mean_with_ci([y - x for x, y in vals], min_n=min_n)
-        out[name] = {"base": round(fmean(x for x, _ in vals), 4) if vals else None,
-                     "grpo": round(fmean(y for _, y in vals), 4) if vals else None,
+        vals = [(b, g, get(b), get(g)) for b, g in subset]
+        vals = [v for v in vals if v[2] is not None and v[3] is not None]
+        fig = mean_with_ci([y - x for *_, x, y in vals], min_n=min_n)
+        out[name] = {"base": round(fmean(x for *_, x, _ in vals), 4) if vals else None,
+                     "grpo": round(fmean(y for *_, y in vals), 4) if vals else None,
                      "diff": fig["mean"], **{k: v for k, v in fig.items() if k != "mean"}}
+        if subset is pairs and name != "reply_words":
+            out[name]["equal_length"] = equal_length_difference(
+                [y - x for *_, x, y in vals], [_words(g) - _words(b) for b, g, *_ in vals],
+                [conversation.get(b.get("query_id"), b.get("query_id") or b["candidate_id"]) for b, *_ in vals],
+                lengths=[(_words(b), _words(g)) for b, g, *_ in vals], min_n=min_n)
     return out
+
+
+def describe_differences(diffs: dict, min_n: int = DEFAULT_MIN_N) -> list[str]:
+    """evaluate's printout: each figure raw, and each score again at equal length."""
+    lines = ["evaluate: GRPO - base on the same held-out queries (paired bootstrap 95% interval, n):"]
+    for name, d in diffs.items():
+        lines.append(f"  {name}: base {d['base']} grpo {d['grpo']} diff {describe({**d, 'mean': d['diff']}, min_n)}")
+        if "equal_length" in d:
+            lines.append(f"    at equal length (regressed on the word difference, interval over conversations): "
+                         f"{describe_equal_length(d['equal_length'], min_n)}")
+    return lines
+
+
+def length_verdict(diff: dict) -> str:
+    """Whether a score's gain is length: 'gain' (above 0 at equal length too), 'length' (above 0 raw, not at
+    equal length, or only by extrapolation), 'none' (no raw gain)."""
+    eq = diff.get("equal_length") or {}
+    if diff.get("ci_low") is None or diff["ci_low"] <= 0:
+        return "none"
+    if eq.get("ci_low") is not None and eq["ci_low"] > 0 and not eq.get("extrapolated"):
+        return "gain"
+    return "length"
+
+
+def flat_differences(diffs: dict) -> dict[str, float]:
+    """The differences as MLflow metrics: `grpo_minus_base.<figure>.<diff|ci_low|...>` and the equal-length ones."""
+    out = {}
+    for name, d in diffs.items():
+        for key in ("diff", "ci_low", "ci_high", "n"):
+            out[f"grpo_minus_base.{name}.{key}"] = d.get(key)
+        for key in ("mean", "ci_low", "ci_high", "n", "slope", "overlap"):
+            out[f"grpo_minus_base.{name}.equal_length.{key}"] = (d.get("equal_length") or {}).get(key)
+    return {k: float(v) for k, v in out.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def load_policy(base_model: str, adapter_dir: str | None):
@@ -108,6 +150,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
          policy_dir: str = "models/policy", metrics_path: str = "metrics/evaluate.json",
          replies_path: str = "reports/evaluate_replies.jsonl") -> None:
     import mlflow
+    from mlflow.entities import Metric, RunTag
 
     from mascot import registry
     from mascot.llm.local_backend import LocalBackend
@@ -124,7 +167,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     judge = make_judge(params)
     policy = json.loads((Path(policy_dir) / "registered.json").read_text())
-    results, all_replies = {}, []
+    results, all_replies, run_ids = {}, [], {}
     git = {**registry.git_state(), **registry.dvc_experiment_tags()}
     for label, adapter in (("base", None), ("grpo", policy_dir)):
         model, tokenizer = load_policy(params.grpo.base_model, adapter)
@@ -135,7 +178,8 @@ def main(params, queries_path: str = "data/queries.jsonl",
                 "rubric_aggregate": load_rubric(params.score.rubric).aggregation}
         if label == "grpo":
             tags.update(policy_model=policy["name"], policy_version=policy["version"])
-        with mlflow.start_run(experiment_id=exp, run_name=f"eval-{label}-{git['git_commit'][:7]}", tags=tags):
+        with mlflow.start_run(experiment_id=exp, run_name=f"eval-{label}-{git['git_commit'][:7]}", tags=tags) as run:
+            run_ids[label] = run.info.run_id
             registry.log_input_file(queries_path, "eval")
             metrics, replies = evaluate_policy(backend, queries, personas, judge, scorer, params)
             mlflow.log_params({"evaluate.max_queries": params.evaluate.max_queries,
@@ -149,11 +193,19 @@ def main(params, queries_path: str = "data/queries.jsonl",
         all_replies += [{"policy": label, **r} for r in replies]
     diffs = paired_differences([r for r in all_replies if r["policy"] == "base"],
                                [r for r in all_replies if r["policy"] == "grpo"],
-                               tuple(load_rubric(params.score.rubric).dimensions), params.stats.min_n)
+                               tuple(load_rubric(params.score.rubric).dimensions), params.stats.min_n,
+                               {q["query_id"]: conversation_of(q) for q in queries})
     results["grpo_minus_base"] = diffs
+    results["judge_gain_is"] = length_verdict(diffs["judge_total"])
+    results["rm_gain_is"] = length_verdict(diffs["rm_score"])
+    # the comparison beside the GRPO run's own figures in `mlflow ui`
+    mlflow.MlflowClient().log_batch(run_ids["grpo"], metrics=[
+        Metric(k, v, int(time.time() * 1000), 0) for k, v in flat_differences(diffs).items()],
+        tags=[RunTag("judge_gain_is", results["judge_gain_is"])])
     write_json(metrics_path, results)
     write_jsonl(replies_path, all_replies)
 
-    print("evaluate: GRPO - base on the same held-out queries (paired bootstrap 95% interval, n):")
-    for name, d in diffs.items():
-        print(f"  {name}: base {d['base']} grpo {d['grpo']} diff {describe({**d, 'mean': d['diff']}, params.stats.min_n)}")
+    for line in describe_differences(diffs, params.stats.min_n):
+        print(line)
+    print(f"  the judge's gain is: {results['judge_gain_is']} (gain: above 0 at equal length too; length: above 0 "
+          "raw only, or at equal length only by extrapolation; none: no raw gain)")

@@ -30,8 +30,8 @@ from mascot.granularity import BLOCK, REPLY
 from mascot.io import InputError, columns_of, load_jsonl, write_json, write_jsonl
 from mascot.llm.factory import make_backend
 from mascot.policy.evaluate import load_policy
-from mascot.splits import held_out
-from mascot.stats import DEFAULT_MIN_N, describe, mean_with_ci
+from mascot.splits import conversation_of, held_out
+from mascot.stats import DEFAULT_MIN_N, describe, describe_equal_length, equal_length_difference, mean_with_ci
 
 
 def turn_units(records: list[dict], queries: dict[str, dict], personas: dict) -> list[dict]:
@@ -92,10 +92,25 @@ def condition_metrics(records: list[dict], group_scores: list[dict], turn_scores
             "mean_turn_words": mean(len(t["text"].split()) for t in agent)}
 
 
-def paired_vs(base: dict[str, float], other: dict[str, float], min_n: int = DEFAULT_MIN_N) -> dict:
-    """other minus base on the same queries' collective totals: mean, bootstrap 95% interval, n."""
+def paired_vs(base: dict[str, float], other: dict[str, float], min_n: int = DEFAULT_MIN_N,
+              words: tuple[dict[str, int], dict[str, int]] | None = None, conversation: dict[str, str] | None = None
+              ) -> dict:
+    """other minus base on the same queries' collective totals: mean, bootstrap 95% interval, n; with `words`
+    (each side's block length per query) also `equal_length`, the difference regressed on the block's word
+    difference, its interval over conversations (`conversation`: query -> conversation)."""
     common = sorted(set(base) & set(other))
-    return mean_with_ci([other[q] - base[q] for q in common], min_n=min_n)
+    out = mean_with_ci([other[q] - base[q] for q in common], min_n=min_n)
+    if words is not None:
+        lengths = [(words[0].get(q, 0), words[1].get(q, 0)) for q in common]
+        out["equal_length"] = equal_length_difference(
+            [other[q] - base[q] for q in common], [b - a for a, b in lengths],
+            [(conversation or {}).get(q, q) for q in common], lengths=lengths, min_n=min_n)
+    return out
+
+
+def block_words(records: list[dict]) -> dict[str, int]:
+    """Per query: the words of its conversation's agent turns (the block the collective judge reads)."""
+    return {e["query_id"]: sum(len(t["text"].split()) for t in e["turns"] if t["role"] == "agent") for e in records}
 
 
 def build_directors(params, personas: dict, director_dir: str) -> dict:
@@ -187,6 +202,9 @@ def describe_results(results: dict, conditions: list[str], queries: int, agent_t
                      f"{describe(results['trained_minus_base_unconstrained_parse_rate'], min_n)}")
     for c, fig in results.get("minus_random_collective_total", {}).items():
         lines.append(f"  {c} - random, collective total with failures, paired: {describe(fig, min_n)}")
+        if "equal_length" in fig:
+            lines.append(f"    at equal length (regressed on the block's word difference): "
+                         f"{describe_equal_length(fig['equal_length'], min_n)}")
     return lines
 
 
@@ -253,7 +271,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     free = (unconstrained_parse_rates(directors, queries, p.unconstrained_samples, d.temperature)
             if p.measure_unconstrained else {})
     rubrics = (BLOCK.rubric(params), REPLY.rubric(params))
-    results, records_all, totals = {}, [], {}
+    results, records_all, totals, words = {}, [], {}, {}
     for condition in p.conditions:
         records = [episode_record(b, by_q[b.query_id].get("source"), {"director": directors[condition].name,
                                                                        "speaker": speaker.model_name},
@@ -271,12 +289,15 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
         log_condition(params, exp, f"eval-group-{condition}-{git['git_commit'][:7]}", tags, queries_path, metrics,
                       conversations_table(judged, by_q))
         results[condition] = metrics
+        words[condition] = block_words(records)
         records_all += [{"condition": condition, **e} for e in judged]
     if (free_vs := trained_minus_base_parse_rate(free, params.stats.min_n)) is not None:
         results["trained_minus_base_unconstrained_parse_rate"] = free_vs
     if "random" in totals:
-        results["minus_random_collective_total"] = {c: paired_vs(totals["random"], t, params.stats.min_n)
-                                                    for c, t in totals.items() if c != "random"}
+        conversation = {q["query_id"]: conversation_of(q) for q in queries}
+        results["minus_random_collective_total"] = {
+            c: paired_vs(totals["random"], t, params.stats.min_n, (words["random"], words[c]), conversation)
+            for c, t in totals.items() if c != "random"}
     speaker.close()
     judge.close()
     write_json(metrics_path, results)

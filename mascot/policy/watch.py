@@ -17,6 +17,8 @@ bootstrap over the probes), and says at which step and KL the judge peaked:
 - `over-optimising`: the reward model up and the judge's mean change below `watch.judge_margin`
   (flat or down);
 - `improving`: the reward model up and the judge up by at least the margin, its interval above 0;
+- `gain is length`: what would be `improving`, but the judge's change at equal length (regressed on the change in
+  words, per probe) has an interval reaching 0, or is read by extrapolation (almost every answer grew);
 - `too few to tell` also when the judge rose by at least the margin but its interval reaches 0.
 
 The pure functions here (`probe_row`, `verdict`, `should_stop`) hold the rule; `WatchCallback` runs the
@@ -31,9 +33,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mascot.io import columns_of, write_json
-from mascot.stats import DEFAULT_MIN_N, mean_with_ci, spearman
+from mascot.stats import DEFAULT_MIN_N, describe_equal_length, equal_length_difference, mean_with_ci, spearman
 
 IMPROVING, OVER, NOT_LEARNING, TOO_FEW = "improving", "over-optimising", "not learning", "too few to tell"
+LENGTH = "gain is length"
 FIGURES = ("reward_model", "judge", "length", "distinct_2", "kl", "kl_token")
 
 
@@ -76,14 +79,26 @@ def _change(first: dict, last: dict, fig: str, min_n: int) -> dict:
     return mean_with_ci(diffs, min_n=min_n)
 
 
+def judge_change_at_equal_length(first: dict, last: dict, min_n: int) -> dict:
+    """The judge's change from the first check to the last at equal length: each probe's change regressed on its
+    change in words (each probe its own cluster: the probes are held-out queries, one a conversation at most)."""
+    rows = [(a, b, la, lb) for a, b, la, lb in zip(first.get("judge") or [], last.get("judge") or [],
+                                                   first.get("length") or [], last.get("length") or [])
+            if a is not None and b is not None]
+    return equal_length_difference([b - a for a, b, *_ in rows], [lb - la for *_, la, lb in rows],
+                                   lengths=[(la, lb) for *_, la, lb in rows], min_n=min_n)
+
+
 def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n: int = DEFAULT_MIN_N) -> dict:
     """The change of each figure from the first check to the last (paired over probes, with its interval and
-    n), the rank correlation of the reward model's and the judge's means across checks, and the verdict."""
+    n), the judge's change at equal length, the rank correlation of the reward model's and the judge's means
+    across checks, and the verdict."""
     out: dict = {"checks": len(checks), "steps_checked": [c["step"] for c in checks]}
     if len(checks) < 2:
         return {**out, "verdict": TOO_FEW, "why": f"{len(checks)} check(s); a change needs two"}
     first, last = checks[0], checks[-1]
     out["change"] = {fig: _change(first, last, fig, min_n) for fig in FIGURES}
+    out["change"]["judge_equal_length"] = judge_eq = judge_change_at_equal_length(first, last, min_n)
     rm, judge = out["change"]["reward_model"], out["change"]["judge"]
     out["rm_judge_spearman"] = spearman([c["mean_reward_model"] for c in checks], [c["mean_judge"] for c in checks]) \
         if all(c["mean_judge"] is not None for c in checks) and len(checks) >= 3 else None
@@ -98,9 +113,16 @@ def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n:
         out.update(verdict=OVER, why=f"the reward model rose {rm['mean']} [{rm['ci_low']}, {rm['ci_high']}] while the "
                                      f"judge changed {judge['mean']} [{judge['ci_low']}, {judge['ci_high']}], below "
                                      f"watch.judge_margin {judge_margin}")
+    elif judge["ci_low"] is not None and judge["ci_low"] > 0 and (
+            judge_eq["ci_low"] is None or judge_eq["ci_low"] <= 0 or judge_eq["extrapolated"]):
+        out.update(verdict=LENGTH, why=f"the reward model rose {rm['mean']} [{rm['ci_low']}, {rm['ci_high']}] and the "
+                                       f"judge {judge['mean']} [{judge['ci_low']}, {judge['ci_high']}], but at equal "
+                                       f"length the judge changed {describe_equal_length(judge_eq, min_n)}: the gain is "
+                                       f"length (answers {out['change']['length']['mean']:+} words)")
     elif judge["ci_low"] is not None and judge["ci_low"] > 0:
         out.update(verdict=IMPROVING, why=f"reward model {rm['mean']} [{rm['ci_low']}, {rm['ci_high']}] and judge "
-                                          f"{judge['mean']} [{judge['ci_low']}, {judge['ci_high']}] both up")
+                                          f"{judge['mean']} [{judge['ci_low']}, {judge['ci_high']}] both up, the judge "
+                                          f"at equal length {judge_eq['mean']} [{judge_eq['ci_low']}, {judge_eq['ci_high']}]")
     else:
         out.update(verdict=TOO_FEW, why=f"the judge rose {judge['mean']} but its interval [{judge['ci_low']}, "
                                         f"{judge['ci_high']}] reaches 0")

@@ -10,10 +10,11 @@ import numpy as np
 from mascot.data.human_ratings import agreement
 from mascot.granularity import persona_fields
 from mascot.io import load_jsonl
-from mascot.pairs import chosen_longer
+from mascot.pairs import chosen_longer, side_words
 from mascot.reward.prompt import reward_input_ids
 from mascot.splits import is_held_out
-from mascot.stats import DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, mean_with_ci, pairwise_wins
+from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, equal_length_difference, mean_with_ci,
+                          pairwise_wins)
 
 GAP_BUCKETS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 5.0)]
 
@@ -49,6 +50,14 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
     not_longer = [ok for ok, x in zip(correct, longer) if x is not True]
     out["not_longer_pairs"] = len(not_longer)
     out["accuracy_not_longer"] = round(fmean(not_longer), 4) if not_longer else None
+    # every pair at equal length: the win regressed on the chosen side's extra words (intercept, over conversations)
+    if all(p.get("chosen") and p.get("rejected") for p in pairs):
+        words = [(side_words(p["chosen"]), side_words(p["rejected"])) for p in pairs]
+        eq = equal_length_difference(pairwise_wins(chosen_scores, rejected_scores), [c - r for c, r in words], clusters,
+                                     lengths=words, null=0.5, min_n=min_n)
+        out.update(accuracy_equal_length=eq["mean"], accuracy_equal_length_ci_low=eq["ci_low"],
+                   accuracy_equal_length_ci_high=eq["ci_high"], accuracy_equal_length_extrapolated=eq["extrapolated"],
+                   accuracy_length_matched=eq["matched"]["mean"], length_matched_pairs=eq["matched"]["n"])
     for lo, hi in GAP_BUCKETS:
         idx = [i for i, p in enumerate(pairs) if lo <= p["margin"] < hi]
         out[f"{bucket_name(lo, hi)}_pairs"] = len(idx)
@@ -133,6 +142,10 @@ def human_set_metrics(scorer, human: HumanCheck, personas: dict) -> dict:
                       ("controlled", "human_pairs_controlled"), ("spearman", "human_spearman")):
         f = fig[key]
         out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
+    eq = fig["equal_length"]
+    out.update(human_pairs_equal_length=eq["mean"], human_pairs_equal_length_ci_low=eq["ci_low"],
+               human_pairs_equal_length_ci_high=eq["ci_high"], human_pairs_equal_length_extrapolated=eq["extrapolated"],
+               human_pairs_length_matched=eq["matched"]["mean"], human_pairs_length_matched_n=eq["matched"]["n"])
     judged = [i for i in human.items if human.judge_scores.get(i["item_id"]) is not None]
     if judged:
         same_rm = agreement(judged, rm, human.min_gap, min_n=human.min_n)
@@ -151,7 +164,10 @@ def describe_human(m: dict, prefix: str = "", min_n: int = DEFAULT_MIN_N) -> str
     text = (f"human pairs {m[prefix + 'human_pairs']} [{m[prefix + 'human_pairs_ci_low']}, {m[prefix + 'human_pairs_ci_high']}]"
             f"{few} on {m[prefix + 'human_pairs_n']} held-out pairs of {m[prefix + 'human_pairs_conversations']} conversations "
             f"(longer turn wins {m[prefix + 'human_length_baseline']}; not longer {m[prefix + 'human_pairs_controlled']} "
-            f"on {m[prefix + 'human_pairs_controlled_n']})")
+            f"on {m[prefix + 'human_pairs_controlled_n']}; at equal length {m.get(prefix + 'human_pairs_equal_length')} "
+            f"[{m.get(prefix + 'human_pairs_equal_length_ci_low')}, {m.get(prefix + 'human_pairs_equal_length_ci_high')}]"
+            f"{', extrapolated' if m.get(prefix + 'human_pairs_equal_length_extrapolated') else ''}; length-matched "
+            f"{m.get(prefix + 'human_pairs_length_matched')} on {m.get(prefix + 'human_pairs_length_matched_n')})")
     if m.get(prefix + "human_judge_pairs_n"):
         text += (f"; the judge on the {m[prefix + 'human_judge_pairs_n']} of them it scored: {m[prefix + 'human_judge_pairs']}"
                  f", the reward model {m[prefix + 'human_pairs_judged']}")
