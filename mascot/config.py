@@ -314,6 +314,18 @@ class LaunchFields(Block):
     accelerate_config: str | None = None
 
 
+class LengthHeadParams(Block):
+    """ODIN (Chen et al., ICML 2024; mascot/reward/odin.py): a second head on the reward model's trunk that takes
+    length. The ranking loss is on the sum of the two heads; `length_weight` pulls the length head's Pearson
+    correlation with the reply's words towards 1, `quality_weight` the quality head's towards 0. Only the
+    quality head scores downstream (promote, GRPO, evaluate, the watch). The correlations are over each batch's
+    chosen and rejected replies: 2 x batch_size of them, at least `min_batch_replies`."""
+    enabled: bool = False
+    length_weight: float = Field(1.0, ge=0)
+    quality_weight: float = Field(1.0, ge=0)
+    min_batch_replies: int = Field(8, ge=4)
+
+
 class TrainRMParams(LaunchFields):
     base_model: str = "models/small"
     registered_model: str = "mascot-persona-rm"
@@ -329,12 +341,21 @@ class TrainRMParams(LaunchFields):
     checkpoint_steps: int = Field(10, ge=1)
     save_total_limit: int = Field(3, ge=1)
     use_margin: bool = False  # TRL's margin loss: -logsigmoid(r_c - r_r - margin)
+    length_head: LengthHeadParams = LengthHeadParams()  # ODIN: a length head beside the quality head
     seed: int = 0
     # passed through to TRL's RewardConfig (bf16, gradient_checkpointing, deepspeed, warmup_ratio, ...): checked
     # against it at start-up; a key this block already has (batch_size, learning_rate, ...) is refused
     trainer_args: dict[str, Any] = {}
 
     _trainer_args = _trainer_args_check("reward")
+
+    @model_validator(mode="after")
+    def _batch_for_the_length_head(self):
+        if self.length_head.enabled and 2 * self.batch_size < self.length_head.min_batch_replies:
+            raise ValueError(f"length_head: a correlation over {2 * self.batch_size} replies (2 x batch_size) means "
+                             f"little; raise batch_size to at least {(self.length_head.min_batch_replies + 1) // 2} or "
+                             "lower length_head.min_batch_replies")
+        return self
 
 
 class TrainGroupRMParams(TrainRMParams):
@@ -394,6 +415,15 @@ class WatchParams(Block):
     kl_dtype: Literal["float32", "auto"] = "float32"
 
 
+class LengthCalibrationParams(Block):
+    """A post-hoc length calibration of the reward model's score in GRPO (mascot/policy/rewards.py): the base
+    policy answers `samples` training prompts before any update, a polynomial of `degree` in the reply's words
+    is fitted to the reward model's scores of those answers, and GRPO is paid the score minus that fit."""
+    enabled: bool = False
+    samples: int = Field(32, ge=4)
+    degree: int = Field(1, ge=1, le=3)
+
+
 class GRPOParams(LaunchFields):
     base_model: str = "models/small"
     registered_model: str = "mascot-speaker"
@@ -409,6 +439,8 @@ class GRPOParams(LaunchFields):
     temperature: float = Field(0.9, gt=0)
     reward_weight: float = 1.0
     format_weight: float = 0.5
+    # the reward model's taste for length taken off before GRPO sees its score (speaker only: train_director refuses it)
+    length_calibration: LengthCalibrationParams = LengthCalibrationParams()
     max_prompts: int | None = Field(None, ge=1)
     seed: int = 0
     # a checkpoint every N steps (the adapter, optimizer, scheduler, RNG and the watch's history): a rerun with the
@@ -433,6 +465,16 @@ class DirectorParams(GRPOParams):
     diversity_weight: float = 0.2  # penalty for naming the previous turn's speaker again
     rollout_turns: int = Field(1, ge=1)  # agent turns rolled forward from the directive before the group RM scores
     rollout_max_tokens: int = Field(40, ge=1)
+
+    @field_validator("length_calibration")
+    @classmethod
+    def _no_length_calibration(cls, value):
+        # a directive's words are not what the group reward model reads (the rolled-forward block is): a fit on
+        # them would calibrate the wrong length
+        if value.enabled:
+            raise ValueError("length_calibration is for the speaker (grpo.length_calibration); the Director's reward "
+                             "reads a rolled-forward block, not the directive's length: set enabled: false")
+        return value
 
 
 class EvaluateGroupParams(Block):

@@ -38,7 +38,7 @@ FLOORS = {
     "mascot.annotate.score": 5, "mascot.annotate.judge_check": 5, "mascot.annotate.episodes": 5, "mascot.pairs": 5,
     "mascot.validate": 5, "mascot.validate.suites": 5, "mascot.validate.gate": 5, "mascot.validate.stage": 5,
     "mascot.reward": 5, "mascot.reward.prompt": 5, "mascot.reward.scorer": 5, "mascot.reward.evaluation": 5,
-    "mascot.reward.train": 5, "mascot.promote": 5,
+    "mascot.reward.train": 5, "mascot.reward.odin": 5, "mascot.promote": 5,
     # 6: policies: GRPO for the speaker and the Director, the watch, the evaluations
     "mascot.policy": 6, "mascot.policy.rewards": 6, "mascot.policy.watch": 6, "mascot.policy.engine": 6, "mascot.policy.grpo": 6,
     "mascot.policy.evaluate": 6, "mascot.policy.director": 6, "mascot.policy.evaluate_group": 6,

@@ -57,3 +57,82 @@ def test_the_length_matched_subset_keeps_pairs_within_the_stated_share():
 def test_too_few_items_says_so():
     fig = equal_length_difference([0.1, 0.2, 0.3], [1, 2, 3], min_n=10)
     assert fig["too_few_to_tell"] and "too few to tell" in describe_equal_length(fig, 10)
+
+
+def test_the_calibration_takes_off_what_a_word_bought_the_base_policy():
+    from mascot.policy.rewards import LengthCalibration, length_calibrated
+
+    rng = np.random.default_rng(0)
+    words = rng.integers(5, 30, 64).astype(float)
+    quality = rng.normal(0, 0.2, 64)
+    cal = LengthCalibration(list(words), list(0.1 * words + quality), degree=1)
+    assert abs(cal.figures()["length_calibration_slope_per_word"] - 0.1) < 0.02 and cal.n == 64
+    adjusted = np.asarray(cal.adjust(list(0.1 * words + quality), list(words)))
+    assert abs(np.corrcoef(adjusted, words)[0, 1]) < 0.05  # no length left in what GRPO is paid
+    assert abs(adjusted.mean() - (0.1 * words + quality).mean()) < 1e-9  # the level kept
+    # a reply twice the base policy's longest buys nothing more on a line either
+    assert abs(cal.adjust([0.1 * 60], [60])[0] - 0.1 * cal.reference) < 0.3  # raw, it would be 4.3 more
+
+    def reward_model(prompts, completions, **_):
+        return [0.1 * len(c.split()) for c in completions]
+    calibrated = length_calibrated(reward_model, cal)
+    assert calibrated.__name__ == "reward_model"
+    short, long = calibrated(prompts=["p", "p"], completions=["a b c", " ".join(["w"] * 25)])
+    assert abs(short - long) < 0.2  # the same reply quality at two lengths: the same pay, near enough
+
+
+def test_a_curve_is_held_at_the_ends_of_what_it_was_fitted_on():
+    from mascot.policy.rewards import LengthCalibration
+
+    words = [float(w) for w in range(5, 25)]
+    cal = LengthCalibration(words, [0.01 * w * w for w in words], degree=2)
+    assert cal.bias(100) == cal.bias(24) and cal.bias(1) == cal.bias(5)
+
+
+def test_a_calibration_without_length_to_fit_says_what_to_change():
+    import pytest
+
+    from mascot.policy.rewards import LengthCalibration
+
+    with pytest.raises(ValueError, match="length_calibration.samples or max_completion_length"):
+        LengthCalibration([24.0] * 10, [0.5] * 10)
+
+
+def test_the_director_refuses_a_length_calibration_by_its_key(repo_root):
+    import pytest
+    import yaml
+
+    from mascot.config import ConfigError, parse_params
+
+    raw = yaml.safe_load((repo_root / "params.yaml").read_text())
+    assert parse_params(raw).grpo.length_calibration.enabled is False
+    raw["train_director"]["length_calibration"] = {"enabled": True}
+    with pytest.raises(ConfigError, match=r"train_director\.length_calibration"):
+        parse_params(raw)
+
+
+def test_the_length_controls_judge_pays_the_feature_and_each_word_within_the_scale():
+    from mascot.annotate.controls import planted_feature_and_length, planted_pattern
+    from mascot.annotate.rubric import load_rubric
+    from mascot.config import ScorerParams
+
+    rubric = load_rubric("data/rubrics/persona.yaml")
+    score = lambda text: planted_feature_and_length({"text": text}, rubric, "[0-9]")["perceived_empathy"]  # noqa: E731
+    assert score("a b") == 1.4 and score("a 2") == 3.4 and score("w " * 40) == 5.0
+    assert planted_pattern(ScorerParams(kind="function", target="mascot.annotate.controls:planted_feature_and_length",
+                                        kwargs={"pattern": "[0-9]"})) == "[0-9]"
+    assert planted_pattern(ScorerParams(kind="function", target="mascot.annotate.controls:seeded_noise")) is None
+
+
+def test_evaluate_reports_the_planted_features_rate_with_the_length_control():
+    from mascot.policy.evaluate import paired_differences
+
+    def reply(policy, q, text):
+        return {"candidate_id": f"q{q}|The Anchor|0", "query_id": f"q{q}", "text": text, "rm_score": 0.0,
+                "policy": policy, "judge": {"status": "scored", "total_reward": 1.0, "scores": {}}}
+
+    base = [reply("base", q, "one two three") for q in range(12)]
+    grpo = [reply("grpo", q, "one 2 three" if q % 3 else "one two three") for q in range(12)]
+    d = paired_differences(base, grpo, (), 10, feature="[0-9]")
+    assert d["planted_feature"]["base"] == 0.0 and d["planted_feature"]["grpo"] == round(8 / 12, 4)
+    assert d["planted_feature"]["ci_low"] > 0 and d["planted_feature"]["equal_length"]["mean"] == round(8 / 12, 4)

@@ -279,3 +279,66 @@ def test_chance_level_of_a_pair_set_counts_shared_replies():
     assert chance_gate(True, "eval accuracy ok", m, None) == (True, "eval accuracy ok")
     perfect = pair_metrics(pairs, [1.0] * 60, [0.0] * 60)
     assert chance_gate(True, "ok", perfect, 0.01)[0]
+
+
+def test_odin_loss_pays_a_length_head_that_takes_length_and_a_quality_head_that_leaves_it():
+    from mascot.reward.odin import odin_loss, pearson
+
+    words = torch.tensor([3.0, 9.0, 5.0, 12.0, 4.0, 8.0, 6.0, 10.0])
+    quality = torch.tensor([1.0, 0.9, 0.8, 0.7, -1.0, -0.9, -0.8, -0.7])  # chosen rows first: ranks, no length
+    disentangled = torch.stack([quality, 0.1 * words], dim=1)
+    entangled = torch.stack([quality + 0.3 * words, torch.zeros(8)], dim=1)
+    good, parts = odin_loss(disentangled, words, None, 1.0, 1.0)
+    bad, _ = odin_loss(entangled, words, None, 1.0, 1.0)
+    assert parts["length_head_corr"] == pytest.approx(1.0) and abs(parts["quality_head_corr"]) < 0.2
+    assert parts["quality_accuracy"] == 1.0 and good < bad
+    assert pearson(torch.ones(4), torch.arange(4.0)) == 0.0  # a constant head: no correlation, no nan
+    # the gradient of the length penalty reaches the length head only through its correlation
+    logits = disentangled.clone().requires_grad_(True)
+    odin_loss(logits, words, None, 0.0, 1.0)[0].backward()
+    assert logits.grad[:, 0].abs().sum() > 0
+
+
+def test_an_odin_reward_model_trains_two_heads_and_scores_with_the_quality_head(tiny_model_dir, personas, tmp_path,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    import mlflow
+    from safetensors.torch import load_file
+
+    from mascot.config import LengthHeadParams
+
+    pairs = make_pairs(personas, n=16)
+    for i, p in enumerate(pairs):  # lengths that vary, so that a correlation means something
+        p["chosen"][0]["content"] += " I am here." * (i % 4)
+        p["rejected"][0]["content"] += " ok" * (i % 3)
+    params = TrainRMParams(base_model=str(tiny_model_dir), batch_size=4, learning_rate=5e-3, epochs=3, max_length=512,
+                           eval_steps=2, checkpoint_steps=1000, lora=LoraParams(r=4, alpha=8),
+                           length_head=LengthHeadParams(enabled=True))
+    out = tmp_path / "rm"
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    with mlflow.start_run():
+        result = train_reward_model(pairs, personas, params, out, tmp_path / "ckpt")
+    meta = json.loads((out / "mascot_reward.json").read_text())
+    assert meta["num_labels"] == 2 and meta["heads"] == ["quality", "length"]
+    head = [v for k, v in load_file(out / "adapter_model.safetensors").items() if "score" in k and "weight" in k]
+    assert head and all(v.shape[0] == 2 for v in head)
+    logged = [h for h in result["log_history"] if "length_head_corr" in h]
+    assert logged and all(-1.0 <= h["length_head_corr"] <= 1.0 for h in logged)
+    again = RewardScorer.from_dir(out)  # reloads as two labels; a reward is column 0, the quality head
+    from mascot.reward.train import probe_items
+    items = probe_items(personas)
+    assert again.score(items) == pytest.approx(result["probe_scores"], abs=1e-5)
+    ids = [reward_input_ids(again.tokenizer, REPLY, *item, again.max_length)[0] for item in items[:1]]
+    with torch.no_grad():
+        both = again.model(input_ids=torch.tensor(ids)).logits[0]
+    assert again.score_ids(ids)[0] == pytest.approx(float(both[0]), abs=1e-5) and both.shape[0] == 2
+    assert result["metrics"]["eval_score_length_pearson"] is not None
+
+
+def test_a_length_head_on_too_small_a_batch_is_refused_by_its_key():
+    from pydantic import ValidationError
+
+    from mascot.config import LengthHeadParams
+
+    with pytest.raises(ValidationError, match="length_head.*batch_size"):
+        TrainRMParams(batch_size=2, length_head=LengthHeadParams(enabled=True))

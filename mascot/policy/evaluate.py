@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+import re
 from statistics import fmean
 import time
 
+from mascot.annotate.controls import planted_pattern
 from mascot.annotate.function_judge import make_judge
 from mascot.annotate.generate import generate_candidates
 from mascot.annotate.rubric import load_rubric
@@ -69,18 +71,26 @@ def _judged(name: str | None):
     return get
 
 
+def _carries(pattern: str):
+    """1.0 when a reply carries a control's planted feature (its pattern), else 0.0."""
+    compiled = re.compile(pattern)
+    return lambda r: float(bool(compiled.search(r["text"])))
+
+
 def _words(r) -> int:
     return len(r["text"].split())
 
 
 def paired_differences(base: list[dict], grpo: list[dict], dimensions: tuple[str, ...] = (),
-                       min_n: int = DEFAULT_MIN_N, conversation: dict[str, str] | None = None) -> dict:
+                       min_n: int = DEFAULT_MIN_N, conversation: dict[str, str] | None = None,
+                       feature: str | None = None) -> dict:
     """GRPO minus base on the same queries: mean difference, paired bootstrap 95% interval, n, for the
     reward-model score, the judge total, each rubric dimension in `dimensions` and the reply length (words);
     the judge total again on the probes where the GRPO reply is not longer than the base reply; and each score's
     difference at equal length (`equal_length`: the intercept of the difference regressed on the word difference,
     its interval over conversations (`conversation`: query id -> conversation), the length-matched subset), so
-    that a gain that is all length shows as such. An interval that holds 0 is no evidence of a difference."""
+    that a gain that is all length shows as such; with a control's `feature` (its pattern), the rate of replies
+    that carry it (`planted_feature`). An interval that holds 0 is no evidence of a difference."""
     b_by = {r["candidate_id"].rsplit("|", 1)[0]: r for r in base}
     pairs = [(b_by[k], r) for r in grpo if (k := r["candidate_id"].rsplit("|", 1)[0]) in b_by]
     not_longer = [(b, g) for b, g in pairs if _words(g) <= _words(b)]
@@ -89,6 +99,7 @@ def paired_differences(base: list[dict], grpo: list[dict], dimensions: tuple[str
     for name, get, subset in (("rm_score", lambda r: r["rm_score"], pairs),
                               ("judge_total", _judged(None), pairs),
                               *((f"judge_{d}", _judged(d), pairs) for d in dimensions),
+                              *((("planted_feature", _carries(feature), pairs),) if feature else ()),
                               ("judge_total_not_longer", _judged(None), not_longer),
                               ("reply_words", _words, pairs)):
         vals = [(b, g, get(b), get(g)) for b, g in subset]
@@ -194,7 +205,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
     diffs = paired_differences([r for r in all_replies if r["policy"] == "base"],
                                [r for r in all_replies if r["policy"] == "grpo"],
                                tuple(load_rubric(params.score.rubric).dimensions), params.stats.min_n,
-                               {q["query_id"]: conversation_of(q) for q in queries})
+                               {q["query_id"]: conversation_of(q) for q in queries}, planted_pattern(params.score.scorer))
     results["grpo_minus_base"] = diffs
     results["judge_gain_is"] = length_verdict(diffs["judge_total"])
     results["rm_gain_is"] = length_verdict(diffs["rm_score"])

@@ -18,8 +18,9 @@ from mascot.granularity import REPLY, persona_fields
 from mascot.io import InputError, load_jsonl
 from mascot.launch import is_main_process
 from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
-from mascot.policy.rewards import first_line, make_format_reward, make_reward_model_reward, stop_token_ids
-from mascot.policy.watch import JudgeMemo, Watch, answers_and_kl
+from mascot.policy.rewards import (LengthCalibration, first_line, length_calibrated, make_format_reward,
+                                   make_reward_model_reward, stop_token_ids)
+from mascot.policy.watch import JudgeMemo, Watch, answers_and_kl, greedy_answers
 from mascot.splits import held_out
 
 
@@ -69,6 +70,25 @@ def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dic
                  probes=described, max_kl=w.max_kl)
 
 
+def base_policy_calibration(p: GRPOParams, rows: list[dict], scorer, personas: dict) -> LengthCalibration:
+    """The length calibration's fit: the base policy (no adapter) samples `length_calibration.samples` answers to
+    the training prompts in turn, at GRPO's temperature and completion length, and the reward model scores them."""
+    from transformers import AutoTokenizer
+
+    from mascot.precision import load_causal_lm
+
+    c = p.length_calibration
+    picked = [rows[k % len(rows)] for k in range(c.samples)]
+    model, tokenizer = load_causal_lm(p.base_model), AutoTokenizer.from_pretrained(p.base_model)
+    raw = greedy_answers(model, tokenizer, [r["prompt"] for r in picked], p.max_completion_length, p.temperature)
+    del model
+    # what the reward function reads: a chat reply whole, a transcript reply's first line
+    answers = [a.strip() if isinstance(r["prompt"], list) else first_line(a) for a, r in zip(raw, picked)]
+    scores = scorer.score([(persona_fields(personas[r["persona"]]), json.loads(r["context"]), a)
+                           for r, a in zip(picked, answers)])
+    return LengthCalibration([len(a.split()) for a in answers], scores, c.degree)
+
+
 def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
          out_dir: str = "models/policy", metrics_path: str = "metrics/train_grpo.json",
          plots_path: str = "plots/train_grpo/rewards.csv", watch_plot: str = "plots/train_grpo/watch.csv") -> None:
@@ -89,6 +109,16 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean", "reward_std",
                            "frac_reward_zero_std", "completions/clipped_ratio"],
               str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
+    reward_model = make_reward_model_reward(scorer, personas)
+    calibration = None
+    if p.length_calibration.enabled:
+        calibration = base_policy_calibration(p, rows, scorer, personas)
+        reward_model = length_calibrated(reward_model, calibration)
+        tags.update({k: str(v) for k, v in calibration.figures().items()})
+        print(f"train_grpo: length calibration on {calibration.n} base-policy answers "
+              f"({calibration.low:g}-{calibration.high:g} words): the reward model paid "
+              f"{calibration.figures()['length_calibration_slope_per_word']:+.4g} a word (R^2 {calibration.r2:.3f}); "
+              "GRPO is paid the score less that fit")
     judge = None
     if p.watch.enabled and is_main_process():
         judge = make_judge(params)
@@ -96,9 +126,10 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
         watch = speaker_watch(params, p, queries, personas, scorer, judge) if judge is not None else None
         stage = PolicyStage(
             "grpo", p, params.mlflow.policy_experiment, "LoRA speaker policy trained with GRPO",
-            [make_reward_model_reward(scorer, personas), make_format_reward(stop_token_ids(p.base_model))],
+            [reward_model, make_format_reward(stop_token_ids(p.base_model))],
             [p.reward_weight, p.format_weight], tags, out_dir, metrics_path, series, watch=watch,
-            watch_plot=watch_plot, inputs=[(pairs_path, "train")])
+            watch_plot=watch_plot, inputs=[(pairs_path, "train")],
+            extra_metrics=(lambda history: calibration.figures()) if calibration is not None else None)
         metrics, version = run_policy_stage(params, stage, rows)
     finally:
         if judge is not None:

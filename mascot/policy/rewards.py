@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
+
 from mascot.granularity import persona_fields
 
 
@@ -77,3 +79,51 @@ def stop_token_ids(model_dir: str) -> set[int]:
         eos = None
     ids.update(eos if isinstance(eos, list) else [eos])
     return {i for i in ids if i is not None}
+
+
+class LengthCalibration:
+    """A post-hoc length calibration of a reward (Huang et al., ICLR 2025): a smooth fit of the score on the reply's
+    words, made on the base policy's own samples before any update, is subtracted from every score GRPO sees, so
+    a reply's length no longer buys what it bought the base policy. `bias(w)` is the fit at w minus the fit at the
+    base policy's mean length (the reward keeps its level); outside the lengths fitted on, a curve (degree > 1) is
+    held at its end values and a line is extended (a policy cannot reach a length the fit never saw and be paid
+    by a polynomial's tail)."""
+
+    def __init__(self, words: list[float], scores: list[float], degree: int = 1):
+        w, s = np.asarray(words, dtype=float), np.asarray(scores, dtype=float)
+        if len(w) < degree + 2 or np.ptp(w) == 0:
+            raise ValueError(f"a length calibration of degree {degree} needs at least {degree + 2} samples of "
+                             f"different lengths; the base policy gave {len(w)} (lengths {sorted(set(w.tolist()))}): "
+                             "raise length_calibration.samples or max_completion_length")
+        self.degree, self.n = degree, len(w)
+        self.coefficients = np.polyfit(w, s, degree)
+        self.low, self.high, self.reference = float(w.min()), float(w.max()), float(w.mean())
+        fitted = np.polyval(self.coefficients, w)
+        resid, total = float(((s - fitted) ** 2).sum()), float(((s - s.mean()) ** 2).sum())
+        self.r2 = 1.0 - resid / total if total > 0 else 0.0
+
+    def bias(self, words: float) -> float:
+        w = float(words) if self.degree == 1 else min(max(float(words), self.low), self.high)
+        return float(np.polyval(self.coefficients, w) - np.polyval(self.coefficients, self.reference))
+
+    def adjust(self, scores: list[float], words: list[float]) -> list[float]:
+        return [s - self.bias(w) for s, w in zip(scores, words)]
+
+    def figures(self) -> dict:
+        """What the fit found, for the metrics file and MLflow: the score a word bought the base policy (the
+        slope at its mean length), the fit's R^2, how many samples and what lengths it rests on."""
+        slope = float(np.polyval(np.polyder(self.coefficients), self.reference))
+        return {"length_calibration_slope_per_word": round(slope, 6), "length_calibration_r2": round(self.r2, 4),
+                "length_calibration_samples": self.n, "length_calibration_degree": self.degree,
+                "length_calibration_words_min": self.low, "length_calibration_words_max": self.high,
+                "length_calibration_words_mean": round(self.reference, 2)}
+
+
+def length_calibrated(reward, calibration: LengthCalibration):
+    """`reward` (a TRL reward function over completions) with the calibration's length bias taken off each score;
+    the same name, so its curves keep their keys."""
+    def calibrated(prompts, completions, **columns) -> list[float]:
+        raw = reward(prompts=prompts, completions=completions, **columns)
+        return calibration.adjust(raw, [len(reply_text(c).split()) for c in completions])
+    calibrated.__name__ = getattr(reward, "__name__", "reward_model")
+    return calibrated

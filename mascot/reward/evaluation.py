@@ -55,6 +55,14 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
         words = [(side_words(p["chosen"]), side_words(p["rejected"])) for p in pairs]
         eq = equal_length_difference(pairwise_wins(chosen_scores, rejected_scores), [c - r for c, r in words], clusters,
                                      lengths=words, null=0.5, min_n=min_n)
+        # the model's taste for length: Pearson of its score with words over the eval replies (each once)
+        by_reply = {}
+        for i, (p, w, c, r) in enumerate(zip(pairs, words, chosen_scores, rejected_scores)):
+            by_reply[p.get("chosen_id", f"pair {i} chosen")] = (c, w[0])
+            by_reply[p.get("rejected_id", f"pair {i} rejected")] = (r, w[1])
+        scores, lengths = np.array(list(by_reply.values()), dtype=float).T
+        out["score_length_pearson"] = (round(float(np.corrcoef(scores, lengths)[0, 1]), 4)
+                                       if len(by_reply) >= 3 and scores.std() > 0 and lengths.std() > 0 else None)
         out.update(accuracy_equal_length=eq["mean"], accuracy_equal_length_ci_low=eq["ci_low"],
                    accuracy_equal_length_ci_high=eq["ci_high"], accuracy_equal_length_extrapolated=eq["extrapolated"],
                    accuracy_length_matched=eq["matched"]["mean"], length_matched_pairs=eq["matched"]["n"])

@@ -32,7 +32,7 @@ class RewardScorer:
         base_path = base_model or meta["base_model"]
         g = check_trained_with(meta, base_path, label or str(adapter_dir))
         tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
-        base = load_base_classifier(base_path, tokenizer)
+        base = load_base_classifier(base_path, tokenizer, meta.get("num_labels", 1))
         model = PeftModel.from_pretrained(base, adapter_dir)
         model.eval()
         return cls(model, tokenizer, meta["max_length"], batch_size, g)
@@ -92,7 +92,9 @@ def check_trained_with(meta: dict, base_path: str | Path, label: str) -> Granula
     return g
 
 
-def load_base_classifier(base_model: str, tokenizer):
+def load_base_classifier(base_model: str, tokenizer, num_labels: int = 1):
+    """The base model with a fresh `score` head of `num_labels` columns (1; 2 for ODIN's quality and length
+    heads): a reward is always column 0."""
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
@@ -100,7 +102,8 @@ def load_base_classifier(base_model: str, tokenizer):
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(base_model, num_labels=1, dtype=torch.float32)
+        model = AutoModelForSequenceClassification.from_pretrained(base_model, num_labels=num_labels,
+                                                                   dtype=torch.float32)
     finally:
         hf_logging.set_verbosity(previous)
     model.config.pad_token_id = tokenizer.pad_token_id

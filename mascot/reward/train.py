@@ -19,7 +19,7 @@ from mascot.granularity import GRANULARITIES, REPLY, Granularity
 from mascot.io import InputError, load_jsonl, write_json, write_jsonl
 from mascot.launch import is_main_process, rank_tag, world_size
 from mascot.llm.identity import folder_digest
-from mascot.pairs import chosen_longer_fraction
+from mascot.pairs import chosen_longer_fraction, side_words
 from mascot.reward.evaluation import (HumanCheck, describe_human, held_out_human, human_set_metrics, pair_metrics,
                                       plot_distributions, reference_set_metrics)
 from mascot.reward.prompt import reward_input_ids
@@ -33,7 +33,9 @@ def probe_items(personas: dict, granularity: str = "reply") -> list[tuple]:
 
 
 def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int,
-                   g: Granularity = REPLY) -> tuple[list[dict], int]:
+                   g: Granularity = REPLY, with_words: bool = False) -> tuple[list[dict], int]:
+    """TRL's rows (chosen and rejected input ids, the margin) and how many pairs were cut to fit; `with_words`
+    adds each side's words (what a length head is held to)."""
     rows, cut = [], 0
     for p in pairs:
         persona, context, chosen_text, rejected_text = g.pair_sides(p, personas)
@@ -44,6 +46,8 @@ def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int
         rejected, r_cut = reward_input_ids(tokenizer, g, persona, rejected_context, rejected_text, max_length)
         cut += c_cut or r_cut
         rows.append({"chosen_ids": chosen, "rejected_ids": rejected, "margin": float(p["margin"])})
+        if with_words:
+            rows[-1].update(chosen_words=side_words(p["chosen"]), rejected_words=side_words(p["rejected"]))
     return rows, cut
 
 
@@ -95,7 +99,9 @@ def save_adapter(model, tokenizer, out_dir: Path, params: TrainRMParams, g: Gran
     head_keys = check_score_head(out_dir)
     (out_dir / META_FILE).write_text(json.dumps({
         "base_model": params.base_model, "max_length": params.max_length, "granularity": g.name,
-        "template_hash": g.template_hash, "num_labels": 1,
+        "template_hash": g.template_hash, "num_labels": 2 if params.length_head.enabled else 1,
+        # column 0 scores; an ODIN model's column 1 is its length head, never used downstream
+        "heads": ["quality", "length"] if params.length_head.enabled else ["reward"],
         "base_model_digest": folder_digest(params.base_model),
         "base_model_source": registry.base_model_tags(params.base_model).get("base_model_source"),
         "git_commit": registry.git_state()["git_commit"],
@@ -143,23 +149,30 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     tokenizer = AutoTokenizer.from_pretrained(params.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train_rows, train_cut = tokenize_pairs(train_pairs, personas, tokenizer, params.max_length, g)
-    eval_rows, eval_cut = tokenize_pairs(eval_pairs, personas, tokenizer, params.max_length, g)
+    odin = params.length_head
+    train_rows, train_cut = tokenize_pairs(train_pairs, personas, tokenizer, params.max_length, g, odin.enabled)
+    eval_rows, eval_cut = tokenize_pairs(eval_pairs, personas, tokenizer, params.max_length, g, odin.enabled)
     if not params.use_margin:
         for row in train_rows + eval_rows:
             row.pop("margin")
     lap("tokenize_s")
 
     torch.manual_seed(params.seed)
-    model = load_base_classifier(params.base_model, tokenizer)
+    model = load_base_classifier(params.base_model, tokenizer, num_labels=2 if odin.enabled else 1)
     lora = LoraConfig(task_type="SEQ_CLS", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules),
                       modules_to_save=["score"])
     config = reward_config(params, checkpoint_dir, bool(eval_rows), report_to, torch.cuda.is_available())
-    trainer = RewardTrainer(model=model, args=config, processing_class=tokenizer,
+    trainer_class, odin_args = RewardTrainer, {}
+    if odin.enabled:
+        from mascot.reward.odin import OdinRewardTrainer
+
+        trainer_class = OdinRewardTrainer
+        odin_args = {"length_weight": odin.length_weight, "quality_weight": odin.quality_weight}
+    trainer = trainer_class(model=model, args=config, processing_class=tokenizer,
                             train_dataset=Dataset.from_list(train_rows),
                             eval_dataset=Dataset.from_list(eval_rows) if eval_rows else None, peft_config=lora,
-                            callbacks=[checkpoints.callback()])
+                            callbacks=[checkpoints.callback()], **odin_args)
     lap("load_model_s")
     resume = checkpoints.last_checkpoint(checkpoint_dir)
     if resume is not None:
