@@ -21,6 +21,7 @@ from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
 from mascot.policy.rewards import (LengthCalibration, first_line, length_calibrated, make_format_reward,
                                    make_reward_model_reward, stop_token_ids)
 from mascot.policy.watch import JudgeMemo, Watch, answers_and_kl, greedy_answers
+from mascot.precision import load_causal_lm
 from mascot.splits import held_out
 
 
@@ -74,8 +75,6 @@ def base_policy_calibration(p: GRPOParams, rows: list[dict], scorer, personas: d
     """The length calibration's fit: the base policy (no adapter) samples `length_calibration.samples` answers to
     the training prompts in turn, at GRPO's temperature and completion length, and the reward model scores them."""
     from transformers import AutoTokenizer
-
-    from mascot.precision import load_causal_lm
 
     c = p.length_calibration
     picked = [rows[k % len(rows)] for k in range(c.samples)]

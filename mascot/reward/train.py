@@ -22,6 +22,7 @@ from mascot.llm.identity import folder_digest
 from mascot.pairs import chosen_longer_fraction, side_words
 from mascot.reward.evaluation import (HumanCheck, describe_human, held_out_human, human_set_metrics, pair_metrics,
                                       plot_distributions, reference_set_metrics)
+from mascot.reward.odin import OdinRewardTrainer
 from mascot.reward.prompt import reward_input_ids
 from mascot.reward.scorer import META_FILE, RewardScorer, load_base_classifier
 from mascot.stats import DEFAULT_MIN_N
@@ -165,8 +166,6 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     config = reward_config(params, checkpoint_dir, bool(eval_rows), report_to, torch.cuda.is_available())
     trainer_class, odin_args = RewardTrainer, {}
     if odin.enabled:
-        from mascot.reward.odin import OdinRewardTrainer
-
         trainer_class = OdinRewardTrainer
         odin_args = {"length_weight": odin.length_weight, "quality_weight": odin.quality_weight}
     trainer = trainer_class(model=model, args=config, processing_class=tokenizer,
