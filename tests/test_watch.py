@@ -9,7 +9,8 @@ from mascot.policy.watch import (IMPROVING, LENGTH, NOT_LEARNING, OVER, TOO_FEW,
 
 
 def checks_of(rm_by_check, judge_by_check, n=12):
-    return [probe_row(step, ["a reply"] * n, [rm + 0.01 * i for i in range(n)], [j - 0.01 * i for i in range(n)])
+    return [probe_row(step, [f"a reply {i}" for i in range(n)], [rm + 0.01 * i for i in range(n)],
+                      [j - 0.01 * i for i in range(n)])
             for step, (rm, j) in enumerate(zip(rm_by_check, judge_by_check))]
 
 
@@ -30,18 +31,34 @@ def test_a_judge_gain_that_is_length_is_not_improving():
     """The judge pays 0.05 a word and nothing else; the policy's answers grew: raw, the judge rose, at equal length
     it did not. The same rise with lengths that grew unevenly, judge unmoved by them, stays `improving`."""
     n = 12
-    first = probe_row(0, ["w " * 10] * n, [0.0] * n, [3.0] * n)
+    first = probe_row(0, [f"p{i} " + "w " * 9 for i in range(n)], [0.0] * n, [3.0] * n)
     grew = [4 + (i % 5) for i in range(n)]  # every answer longer, by 4 to 8 words: no probe at equal length
-    by_length = probe_row(4, ["w " * (10 + g) for g in grew], [1.0 + 0.01 * i for i in range(n)],
+    by_length = probe_row(4, [f"p{i} " + "w " * (9 + g) for i, g in enumerate(grew)], [1.0 + 0.01 * i for i in range(n)],
                           [3.0 + 0.05 * g for g in grew])
     result = verdict([first, by_length], judge_margin=0.05)
     assert result["verdict"] == LENGTH, result
     assert result["change"]["judge_equal_length"]["extrapolated"] and "the gain is length" in result["why"]
     moved = [(-3, 3)[i % 2] + (i % 3) for i in range(n)]  # some shorter, some longer
-    better = probe_row(4, ["w " * (10 + m) for m in moved], [1.0 + 0.01 * i for i in range(n)],
+    better = probe_row(4, [f"p{i} " + "w " * (9 + m) for i, m in enumerate(moved)], [1.0 + 0.01 * i for i in range(n)],
                        [3.4 + 0.01 * i for i in range(n)])
     kept = verdict([first, better], judge_margin=0.05)
     assert kept["verdict"] == IMPROVING and kept["change"]["judge_equal_length"]["ci_low"] > 0, kept
+
+
+def test_a_collapsed_policy_is_read_where_its_answers_were_still_distinct():
+    """The negative control's GRPO (2026-12-03): the policy's 31 answers collapsed to 2 texts, and the noise judge's
+    one draw for them read as a rise 'over 31 probes'. A check of fewer than stats.min_n distinct answers is not read;
+    the verdict rests on the last one that had enough, or says too few to tell."""
+    n = 12
+    start = probe_row(0, [f"answer {i}" for i in range(n)], [0.0] * n, [3.0 - 0.01 * i for i in range(n)])
+    distinct = probe_row(30, [f"better {i}" for i in range(n)], [1.0 + 0.01 * i for i in range(n)],
+                         [3.5 - 0.01 * i for i in range(n)])
+    collapsed = probe_row(60, ["aaaa"] * n, [1.02] * n, [4.5] * n)
+    read = verdict([start, distinct, collapsed], 0.05)
+    assert read["verdict"] == IMPROVING and read["collapsed_at_step"] == 60 and "collapsed by step 60" in read["why"]
+    assert read["change"]["judge"]["mean"] == 0.5  # step 30's change, not the collapsed 4.5's
+    only = verdict([start, collapsed], 0.05)
+    assert only["verdict"] == TOO_FEW and "1 distinct answers to 12 probes" in only["why"]
 
 
 def test_too_few_probes_or_checks_is_too_few_to_tell():

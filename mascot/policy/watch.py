@@ -21,6 +21,9 @@ bootstrap over the probes), and says at which step and KL the judge peaked:
   words, per probe) has an interval reaching 0, or is read by extrapolation (almost every answer grew);
 - `too few to tell` also when the judge rose by at least the margin but its interval reaches 0.
 
+A check whose probes got fewer than `stats.min_n` distinct answers (a collapsed policy) measures that many texts:
+the verdict compares step 0 with the last check that still had enough, and says where the answers collapsed.
+
 The pure functions here (`probe_row`, `verdict`, `should_stop`) hold the rule; `WatchCallback` runs the
 checks inside TRL's trainer.
 """
@@ -96,6 +99,22 @@ def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n:
     out: dict = {"checks": len(checks), "steps_checked": [c["step"] for c in checks]}
     if len(checks) < 2:
         return {**out, "verdict": TOO_FEW, "why": f"{len(checks)} check(s); a change needs two"}
+    # a check whose probes got fewer than min_n distinct answers (where step 0's had min_n) measures that many
+    # texts, not one per probe (a collapsed policy's one answer is one draw of the judge, however many probes
+    # repeat it): the verdict reads the last check that still has min_n distinct answers, and says where the
+    # answers collapsed
+    kept = len(checks)
+    while kept > 1 and len(set(checks[kept - 1].get("answers") or [])) < min_n <= len(set(checks[0].get("answers") or [])):
+        kept -= 1
+    if kept < len(checks):
+        out["collapsed_at_step"] = checks[kept]["step"]
+        out["distinct_answers_last"] = len(set(checks[-1]["answers"]))
+        if kept < 2:
+            return {**out, "verdict": TOO_FEW,
+                    "why": f"the policy's answers collapsed by step {checks[kept]['step']} ({out['distinct_answers_last']} "
+                           f"distinct answers to {len(checks[-1]['answers'])} probes at the last check, fewer than "
+                           f"stats.min_n {min_n}): a change measured on so few texts"}
+        checks = checks[:kept]
     first, last = checks[0], checks[-1]
     out["change"] = {fig: _change(first, last, fig, min_n) for fig in FIGURES}
     out["change"]["judge_equal_length"] = judge_eq = judge_change_at_equal_length(first, last, min_n)
@@ -127,6 +146,9 @@ def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n:
         out.update(verdict=TOO_FEW, why=f"the judge rose {judge['mean']} but its interval [{judge['ci_low']}, "
                                         f"{judge['ci_high']}] reaches 0")
     out["n"] = n
+    if "collapsed_at_step" in out:
+        out["why"] += (f"; read at step {last['step']}: the answers collapsed by step {out['collapsed_at_step']} "
+                       f"({out['distinct_answers_last']} distinct at the last check)")
     peak = out["judge_peak"] = judge_peak(checks)
     if peak is not None:
         at = f" (KL from the base policy {peak['kl']} nats a completion)" if peak["kl"] is not None else ""
@@ -212,7 +234,8 @@ def flat_metrics(result: dict) -> dict:
     out = {"watch_verdict": result["verdict"], "watch_why": result.get("why"), "watch_checks": result["checks"],
            "watch_n": result.get("n"), "watch_rm_judge_spearman": result.get("rm_judge_spearman"),
            "watch_stopped_early": result.get("stopped_early", False), "watch_stopped_at_step": result.get("stopped_at_step"),
-           "watch_kept_step": result.get("kept_step"), "watch_stop_reason": result.get("stop_reason")}
+           "watch_kept_step": result.get("kept_step"), "watch_stop_reason": result.get("stop_reason"),
+           "watch_collapsed_at_step": result.get("collapsed_at_step")}
     peak = result.get("judge_peak") or {}
     out.update(watch_judge_peak_step=peak.get("step"), watch_judge_peak=peak.get("judge"),
                watch_judge_peak_kl=peak.get("kl"))
