@@ -58,7 +58,7 @@ def test_a_collapsed_policy_is_read_where_its_answers_were_still_distinct():
     assert read["verdict"] == IMPROVING and read["collapsed_at_step"] == 60 and "collapsed by step 60" in read["why"]
     assert read["change"]["judge"]["mean"] == 0.5  # step 30's change, not the collapsed 4.5's
     only = verdict([start, collapsed], 0.05)
-    assert only["verdict"] == TOO_FEW and "1 distinct answers to 12 probes" in only["why"]
+    assert only["verdict"] == TOO_FEW and "1 distinct answers to 12 probes" in only["why"] and only["n"] == 12
 
 
 def test_too_few_probes_or_checks_is_too_few_to_tell():

@@ -110,7 +110,7 @@ def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n:
         out["collapsed_at_step"] = checks[kept]["step"]
         out["distinct_answers_last"] = len(set(checks[-1]["answers"]))
         if kept < 2:
-            return {**out, "verdict": TOO_FEW,
+            return {**out, "verdict": TOO_FEW, "n": min(len(checks[0]["answers"]), len(checks[-1]["answers"])),
                     "why": f"the policy's answers collapsed by step {checks[kept]['step']} ({out['distinct_answers_last']} "
                            f"distinct answers to {len(checks[-1]['answers'])} probes at the last check, fewer than "
                            f"stats.min_n {min_n}): a change measured on so few texts"}
