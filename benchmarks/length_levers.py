@@ -40,7 +40,7 @@ GRPO_SETTINGS = {
 RM_FIGURES = ("eval_pairs", "eval_score_length_pearson", "eval_accuracy", "eval_accuracy_ci_low",
               "eval_accuracy_ci_high", "eval_accuracy_equal_length", "eval_accuracy_equal_length_ci_low",
               "eval_accuracy_equal_length_ci_high", "eval_accuracy_equal_length_extrapolated",
-              "eval_accuracy_length_matched", "eval_length_matched_pairs", "eval_accuracy_not_longer",
+              "eval_accuracy_equal_length_matched", "eval_accuracy_equal_length_matched_n", "eval_accuracy_not_longer",
               "eval_not_longer_pairs", "eval_length_baseline_accuracy")
 HUMAN_FIGURES = ("human_pairs", "human_pairs_ci_low", "human_pairs_ci_high", "human_pairs_n", "human_length_baseline",
                  "human_pairs_equal_length", "human_pairs_equal_length_ci_low", "human_pairs_equal_length_ci_high",

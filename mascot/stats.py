@@ -209,6 +209,15 @@ def equal_length_difference(diffs: list[float], length_diffs: list[float], clust
     return out
 
 
+def equal_length_figures(fig: dict, name: str) -> dict:
+    """An equal-length figure as flat keys for metrics files, MLflow and version tags: `name` (the intercept), its
+    interval, n and extrapolation flag, and the length-matched subset's mean and n."""
+    matched = fig.get("matched") or {}
+    return {name: fig["mean"], f"{name}_ci_low": fig["ci_low"], f"{name}_ci_high": fig["ci_high"], f"{name}_n": fig["n"],
+            f"{name}_extrapolated": fig["extrapolated"], f"{name}_matched": matched.get("mean"),
+            f"{name}_matched_n": matched.get("n")}
+
+
 def describe_equal_length(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:
     """An equal-length figure as one reads it: the intercept with interval and n, what a unit of length is worth,
     whether it is an extrapolation, and the length-matched subset."""

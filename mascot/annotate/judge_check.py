@@ -31,8 +31,8 @@ from mascot.granularity import GRANULARITIES, REPLY, Granularity
 from mascot.io import BadRows, InputError, load_jsonl, write_json, write_jsonl
 from mascot.resume import Journal
 from mascot.splits import is_held_out
-from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_spearman_with_ci, correlation_matrix, first_component_share,
-                          mean_with_ci, pairwise_wins, spearman)
+from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_spearman_with_ci, correlation_matrix, equal_length_figures,
+                          first_component_share, mean_with_ci, pairwise_wins, spearman)
 
 
 def _by_item(candidates: list[dict], scores: list[dict]) -> dict[str, dict[str, dict]]:
@@ -208,10 +208,10 @@ def human_headline(fig: dict) -> dict:
     for key, name in (("pairs", "human_pairs"), ("length_baseline", "human_length_baseline"),
                       ("controlled", "human_pairs_controlled"),
                       ("length_baseline_controlled", "human_length_baseline_controlled"),
-                      ("equal_length", "human_pairs_equal_length"), ("spearman", "human_spearman")):
+                      ("spearman", "human_spearman")):
         f = fig[key]
         out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
-    out["human_pairs_equal_length_extrapolated"] = fig["equal_length"]["extrapolated"]
+    out.update(equal_length_figures(fig["equal_length"], "human_pairs_equal_length"))
     out["human_pairs_conversations"] = fig["pairs"]["clusters"]
     for d, f in (fig.get("by_dimension") or {}).items():
         out.update({f"human_pairs.{d}": f["pairs"], f"human_spearman.{d}": f["spearman"]})

@@ -113,10 +113,11 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     if p.length_calibration.enabled:
         calibration = base_policy_calibration(p, rows, scorer, personas)
         reward_model = length_calibrated(reward_model, calibration)
-        tags.update({k: str(v) for k, v in calibration.figures().items()})
+        calibration_figures = calibration.figures()
+        tags.update({k: str(v) for k, v in calibration_figures.items()})
         print(f"train_grpo: length calibration on {calibration.n} base-policy answers "
               f"({calibration.low:g}-{calibration.high:g} words): the reward model paid "
-              f"{calibration.figures()['length_calibration_slope_per_word']:+.4g} a word (R^2 {calibration.r2:.3f}); "
+              f"{calibration_figures['length_calibration_slope_per_word']:+.4g} a word (R^2 {calibration.r2:.3f}); "
               "GRPO is paid the score less that fit")
     judge = None
     if p.watch.enabled and is_main_process():
@@ -128,7 +129,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
             [reward_model, make_format_reward(stop_token_ids(p.base_model))],
             [p.reward_weight, p.format_weight], tags, out_dir, metrics_path, series, watch=watch,
             watch_plot=watch_plot, inputs=[(pairs_path, "train")],
-            extra_metrics=(lambda history: calibration.figures()) if calibration is not None else None)
+            extra_metrics=(lambda history: calibration_figures) if calibration is not None else None)
         metrics, version = run_policy_stage(params, stage, rows)
     finally:
         if judge is not None:

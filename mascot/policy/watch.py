@@ -103,8 +103,8 @@ def verdict(checks: list[dict], judge_margin: float, min_checks: int = 2, min_n:
     # texts, not one per probe (a collapsed policy's one answer is one draw of the judge, however many probes
     # repeat it): the verdict reads the last check that still has min_n distinct answers, and says where the
     # answers collapsed
-    kept = len(checks)
-    while kept > 1 and len(set(checks[kept - 1].get("answers") or [])) < min_n <= len(set(checks[0].get("answers") or [])):
+    kept, first_distinct = len(checks), len(set(checks[0].get("answers") or []))
+    while kept > 1 and len(set(checks[kept - 1].get("answers") or [])) < min_n <= first_distinct:
         kept -= 1
     if kept < len(checks):
         out["collapsed_at_step"] = checks[kept]["step"]

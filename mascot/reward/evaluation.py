@@ -13,8 +13,8 @@ from mascot.io import load_jsonl
 from mascot.pairs import chosen_longer, side_words
 from mascot.reward.prompt import reward_input_ids
 from mascot.splits import is_held_out
-from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, equal_length_difference, mean_with_ci,
-                          pairwise_wins)
+from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, equal_length_difference, equal_length_figures,
+                          mean_with_ci, pairwise_wins)
 
 GAP_BUCKETS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 5.0)]
 
@@ -53,8 +53,9 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
     # every pair at equal length: the win regressed on the chosen side's extra words (intercept, over conversations)
     if all(p.get("chosen") and p.get("rejected") for p in pairs):
         words = [(side_words(p["chosen"]), side_words(p["rejected"])) for p in pairs]
-        eq = equal_length_difference(pairwise_wins(chosen_scores, rejected_scores), [c - r for c, r in words], clusters,
-                                     lengths=words, null=0.5, min_n=min_n)
+        out.update(equal_length_figures(equal_length_difference(
+            pairwise_wins(chosen_scores, rejected_scores), [c - r for c, r in words], clusters, lengths=words, null=0.5,
+            min_n=min_n), "accuracy_equal_length"))
         # the model's taste for length: Pearson of its score with words over the eval replies (each once)
         by_reply = {}
         for i, (p, w, c, r) in enumerate(zip(pairs, words, chosen_scores, rejected_scores)):
@@ -63,9 +64,6 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
         scores, lengths = np.array(list(by_reply.values()), dtype=float).T
         out["score_length_pearson"] = (round(float(np.corrcoef(scores, lengths)[0, 1]), 4)
                                        if len(by_reply) >= 3 and scores.std() > 0 and lengths.std() > 0 else None)
-        out.update(accuracy_equal_length=eq["mean"], accuracy_equal_length_ci_low=eq["ci_low"],
-                   accuracy_equal_length_ci_high=eq["ci_high"], accuracy_equal_length_extrapolated=eq["extrapolated"],
-                   accuracy_length_matched=eq["matched"]["mean"], length_matched_pairs=eq["matched"]["n"])
     for lo, hi in GAP_BUCKETS:
         idx = [i for i, p in enumerate(pairs) if lo <= p["margin"] < hi]
         out[f"{bucket_name(lo, hi)}_pairs"] = len(idx)
@@ -150,10 +148,7 @@ def human_set_metrics(scorer, human: HumanCheck, personas: dict) -> dict:
                       ("controlled", "human_pairs_controlled"), ("spearman", "human_spearman")):
         f = fig[key]
         out.update({name: f["mean"], f"{name}_ci_low": f["ci_low"], f"{name}_ci_high": f["ci_high"], f"{name}_n": f["n"]})
-    eq = fig["equal_length"]
-    out.update(human_pairs_equal_length=eq["mean"], human_pairs_equal_length_ci_low=eq["ci_low"],
-               human_pairs_equal_length_ci_high=eq["ci_high"], human_pairs_equal_length_extrapolated=eq["extrapolated"],
-               human_pairs_length_matched=eq["matched"]["mean"], human_pairs_length_matched_n=eq["matched"]["n"])
+    out.update(equal_length_figures(fig["equal_length"], "human_pairs_equal_length"))
     judged = [i for i in human.items if human.judge_scores.get(i["item_id"]) is not None]
     if judged:
         same_rm = agreement(judged, rm, human.min_gap, min_n=human.min_n)
@@ -175,7 +170,7 @@ def describe_human(m: dict, prefix: str = "", min_n: int = DEFAULT_MIN_N) -> str
             f"on {m[prefix + 'human_pairs_controlled_n']}; at equal length {m.get(prefix + 'human_pairs_equal_length')} "
             f"[{m.get(prefix + 'human_pairs_equal_length_ci_low')}, {m.get(prefix + 'human_pairs_equal_length_ci_high')}]"
             f"{', extrapolated' if m.get(prefix + 'human_pairs_equal_length_extrapolated') else ''}; length-matched "
-            f"{m.get(prefix + 'human_pairs_length_matched')} on {m.get(prefix + 'human_pairs_length_matched_n')})")
+            f"{m.get(prefix + 'human_pairs_equal_length_matched')} on {m.get(prefix + 'human_pairs_equal_length_matched_n')})")
     if m.get(prefix + "human_judge_pairs_n"):
         text += (f"; the judge on the {m[prefix + 'human_judge_pairs_n']} of them it scored: {m[prefix + 'human_judge_pairs']}"
                  f", the reward model {m[prefix + 'human_pairs_judged']}")
