@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro test ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence gpu-wheels
+.PHONY: setup repro baseline test ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence gpu-wheels
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,15 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 repro: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+
+# after `make repro`: your baseline, the commit `dvc metrics diff`, `dvc plots diff` and `dvc exp show` compare
+# with (dvc.lock names every output by its hash in DVC's cache; params.yaml, what it ran with), tagged
+# mascot-baseline. The repository itself commits no dvc.lock: another machine's bf16 or thread count gives other digits.
+baseline:
+	git add dvc.lock params.yaml
+	git commit -q -m "mascot baseline: dvc repro of this params.yaml" -- dvc.lock params.yaml
+	git tag -f mascot-baseline
+	@echo "baseline: commit $$(git rev-parse --short HEAD), tag mascot-baseline; compare with: dvc metrics diff mascot-baseline"
 
 test: setup vllm-env stack-deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)

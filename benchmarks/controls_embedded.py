@@ -66,7 +66,7 @@ def run(cmd: str, work: Path, env: dict) -> float:
 
 
 def metrics(work: Path, name: str) -> dict:
-    path = work / "metrics" / f"{name}.json"
+    path = work / "reports" / "figures" / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/evidence_report.py [--workdir runs/evidence]
 
-Reads only the run's own outputs (metrics/*.json, reports/*.jsonl, reports/evidence_times.json). Every
+Reads only the run's own outputs (reports/figures/*.json, reports/*.jsonl, reports/evidence_times.json). Every
 comparison carries its n and interval; below stats.min_n it says "too few to tell". The verdicts name the
 first link that did not hold (judge agreement, reward-model accuracy, GRPO's reward, the watch, evaluate).
 """
@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def _load(workdir: Path, name: str) -> dict:
-    path = workdir / "metrics" / f"{name}.json"
+    path = workdir / "reports" / "figures" / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 

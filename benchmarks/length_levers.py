@@ -111,8 +111,8 @@ def run_grpo_settings(workdir: Path, report: dict, report_path: str) -> None:
             report["grpo"][name] = {"failed": proc.stdout[-1500:] + proc.stderr[-1500:]}
             write_json(report_path, report)
             continue
-        ev = json.loads((copy / "metrics/evaluate.json").read_text())
-        grpo = json.loads((copy / "metrics/train_grpo.json").read_text())
+        ev = json.loads((copy / "reports/figures/evaluate.json").read_text())
+        grpo = json.loads((copy / "reports/figures/train_grpo.json").read_text())
         d = ev["grpo_minus_base"]
         report["grpo"][name] = {"seconds": round(time.perf_counter() - start, 1), "words": d["reply_words"],
                                 "judge_total": {k: v for k, v in d["judge_total"].items() if k != "equal_length"},

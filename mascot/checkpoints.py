@@ -18,12 +18,20 @@ from pathlib import Path
 import re
 import shutil
 
+from mascot import reads
 from mascot.resume import fingerprint
 
 CHECKPOINT_ROOT = Path(os.environ.get("MASCOT_CHECKPOINT_DIR", ".mascot/checkpoints"))
 COMPLETE = "mascot_complete.json"
 RUN_FILE = "mlflow_run.json"
 _STEP = re.compile(r"^checkpoint-(\d+)$")
+
+
+def params_key(params) -> dict:
+    """Every parameter, for a checkpoint folder's key (a rerun resumes only with all of them unchanged). Not a read
+    that decides what the stage outputs, so not recorded as one (mascot/reads.py)."""
+    with reads.paused():
+        return params.model_dump()
 
 
 def checkpoint_dir(stage: str, *inputs, root: Path | None = None) -> Path:

@@ -9,7 +9,9 @@ import resource
 import sys
 import time
 
+from mascot import reads
 from mascot.config import ConfigError, load_params
+from mascot.headline import write_headline
 from mascot.io import InputError
 from mascot.launch import one_write_per_line, relaunch, under_launcher
 from mascot.llm.backend import ServerError
@@ -112,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--reason", default="", help="why; recorded as a version tag")
     promote.add_argument("--model", default=None, help="with --version: the registered model (default: "
                          "train_rm.registered_model; e.g. mascot-group-rm)")
+    promote.add_argument("--from-experiment", default=None, metavar="NAME",
+                         help="make the version a DVC experiment's gate promoted the team's: `dvc exp apply NAME`, "
+                              "then the gate decides again outside the experiment and moves the alias")
     probe = sub.add_parser("probe", help="score the fixed probe texts with a registered reward model (round-trip check)")
     probe.add_argument("--uri", default=None, help="default: models:/<train_rm.registered_model>@<promote.alias>")
     sub.add_parser("serve", help="start vLLM's OpenAI-compatible server (see `mascot serve --help`)")
@@ -163,6 +168,8 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
         profile_main(args.names, args.params)
         return 0
     params = load_params(args.params)
+    if args.command in STAGES or (args.command == "promote" and not (args.version or args.from_experiment)):
+        reads.start(args.command)  # with MASCOT_RECORD_READS set: what the stage reads (mascot/reads.py)
     if args.command == "probe":
         from mascot.promote import probe_main
 
@@ -171,21 +178,30 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
     if args.command == "promote":
         from mascot import promote as promote_mod
 
-        if args.version:
+        if args.from_experiment:
+            if args.version:
+                parser.error("promote: --from-experiment and --version are two ways to name the version; give one")
+            promote_mod.promote_from_experiment(params, args.from_experiment)
+        elif args.version:
             if not args.reason:
                 parser.error("promote --version needs --reason (it is recorded on the version)")
             promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason,
                                         args.model)
         else:
             promote_mod.main(params)
+            write_headline("promote")
         return 0
     status = relaunch(args.command, params, argv)
-    if status is not None:
+    if status is not None:  # the stage ran under a launcher, in processes of its own
+        if status == 0:
+            write_headline(args.command)
         return status
     if under_launcher():
         one_write_per_line()
     module, _, function = STAGES[args.command].partition(":")
     getattr(importlib.import_module(module), function or "main")(params)
+    if not under_launcher():
+        write_headline(args.command)  # metrics/<stage>.json: what dvc metrics and dvc exp show list
     report_requests(args.command)
     repeat_judge_warning(args.command)
     return 0

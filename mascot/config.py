@@ -8,14 +8,60 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 import yaml
 
+from mascot import reads
 from mascot.trainer_args import check_trainer_args
 
 
 class Block(BaseModel):
+    """A params.yaml block. While a stage records its reads (mascot/reads.py), reading a field records the field's
+    dotted path (`train_rm.learning_rate`); `model_dump()` and `__dict__` read every field."""
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _path: str = PrivateAttr("")
+
+    def __getattribute__(self, name: str):
+        value = super().__getattribute__(name)
+        if reads.recording() and (name == "__dict__" or not name.startswith("_")):
+            # a block of params.yaml has its dotted path; one a stage builds for itself has none, and is not a read
+            path = (object.__getattribute__(self, "__pydantic_private__") or {}).get("_path")
+            if not path:
+                pass
+            elif name == "__dict__":
+                _read_all(self)
+            elif name in type(self).model_fields and not isinstance(value, Block):
+                reads.param_read(_field_path(self, name))
+        return value
+
+    def model_dump(self, **kwargs) -> dict[str, Any]:
+        if reads.recording():
+            _read_all(self)
+        with reads.paused():
+            return super().model_dump(**kwargs)
+
+
+def _field_path(block: Block, name: str) -> str:
+    field = type(block).model_fields[name]
+    return ".".join(x for x in (block._path, field.alias or name) if x)
+
+
+def _read_all(block: Block) -> None:
+    for name in type(block).model_fields:
+        value = getattr(block, name)
+        if isinstance(value, Block):
+            _read_all(value)
+
+
+def _name_blocks(block: Block, path: str = "") -> None:
+    """Give every block its dotted path in params.yaml (recorded when a stage reads one of its fields)."""
+    block._path = path
+    for name in type(block).model_fields:
+        value = super(Block, block).__getattribute__(name)
+        sub = _field_path(block, name)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, Block):
+                _name_blocks(item, sub)
 
 
 def _trainer_args_check(kind: str):
@@ -32,7 +78,7 @@ class BaseModelParams(Block):
         "qwen2.5-coder-0.5b-instruct-gguf"
     path: str | None = None  # source path: a local model folder, copied as is
     # source hub: downloaded once into out_dir at this revision (a tag, a branch or a commit); the commit it
-    # resolved to is recorded (metrics/<stage>.json, the folder's mascot_source.json, every training run)
+    # resolved to is recorded (reports/figures/<stage>.json, the folder's mascot_source.json, every training run)
     repo: str | None = None
     revision: str | None = None
     out_dir: str = "models/base"
@@ -150,7 +196,7 @@ class EpisodesParams(Block):
     director_style: Literal["chat", "transcript"] = "chat"
     # llm: decode each directive under its grammar (vLLM structured outputs, xgrammar in-process), so it parses
     # and names a known agent by construction; measure_unconstrained also samples the branch points freely and
-    # reports that parse rate beside it (metrics/episodes.json)
+    # reports that parse rate beside it (reports/figures/episodes.json)
     constrain_directives: bool = True
     measure_unconstrained: bool = True
     director_temperature: float = Field(1.0, ge=0)
@@ -563,10 +609,12 @@ def parse_params(raw: dict, source: str = "params.yaml") -> Params:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
     try:
-        return Params.model_validate(raw)
+        params = Params.model_validate(raw)
     except ValidationError as exc:
         lines = "\n".join("  - " + _describe(e) for e in exc.errors())
         raise ConfigError(f"{source}: invalid parameters:\n{lines}") from None
+    _name_blocks(params)
+    return params
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

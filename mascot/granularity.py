@@ -286,9 +286,9 @@ class Blocks(Granularity):
 
 REPLY = Replies(
     "reply", "candidate_id", ("query_id", "persona"), "candidates", "score", "pairs", "train_rm", "promote", "validate",
-    "reward_experiment", "persona", "metrics/judge_check.json",
+    "reward_experiment", "persona", "reports/figures/judge_check.json",
     {"units": "data/candidates.jsonl", "scores": "data/scores.jsonl", "pairs": "data/pairs.jsonl",
-     "reports": "reports", "validate": "metrics/validate.json"},
+     "reports": "reports", "validate": "reports/figures/validate.json"},
     judge_comparisons=(("ref_gt_off_topic", "reference", "off_topic", "dialogue"),
                        ("ref_gt_cold", "reference", "cold", "dialogue"),
                        ("qa_ref_gt_off_topic", "reference", "off_topic", "qa")),
@@ -298,9 +298,9 @@ REPLY = Replies(
     default_rubric="data/rubrics/persona.yaml", human_ratings=True)
 BLOCK = Blocks(
     "block", "episode_id", ("prefix_id",), "episodes", "score_group", "group_pairs", "train_group_rm", "promote_group",
-    "validate_group", "group_reward_experiment", "group", "metrics/judge_check_group.json",
+    "validate_group", "group_reward_experiment", "group", "reports/figures/judge_check_group.json",
     {"units": "data/group/episodes.jsonl", "scores": "data/group/scores.jsonl", "pairs": "data/group/pairs.jsonl",
-     "reports": "reports/group", "validate": "metrics/validate_group.json"},
+     "reports": "reports/group", "validate": "reports/figures/validate_group.json"},
     judge_comparisons=(("ref_gt_echo", "reference", "echo", "dialogue"),
                        ("ref_gt_off_topic", "reference", "off_topic", "dialogue"),
                        ("ref_gt_redundant", "reference", "redundant", "dialogue")),

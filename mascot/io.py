@@ -12,6 +12,8 @@ from typing import Any, Iterable, Iterator
 
 import yaml
 
+from mascot import reads
+
 
 class InputError(ValueError):
     """Bad input data: the message names the file, the line or row, and what is wrong."""
@@ -42,6 +44,7 @@ def read_jsonl(path: str | Path, bad: BadRows | None = None) -> Iterator[tuple[i
     """Yield (line number, record); blank lines are skipped, malformed ones go to `bad` (default: raise)."""
     path = Path(path)
     bad = bad or BadRows()
+    reads.file_read(path)
     if not path.exists():
         raise InputError(f"{path}: file not found")
     with path.open(encoding="utf-8") as fh:
@@ -62,12 +65,24 @@ def read_jsonl(path: str | Path, bad: BadRows | None = None) -> Iterator[tuple[i
 def read_yaml(path: str | Path, what: str, error: type[Exception] = InputError):
     """A YAML file's contents; a missing file or bad YAML raises `error` naming the file (and `what` it is)."""
     path = Path(path)
+    reads.file_read(path)
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"{path}: {what} not found") from None
     except yaml.YAMLError as exc:
         raise error(f"{path}: not valid YAML: {exc}") from None
+
+
+def read_json(path: str | Path, missing: str = "") -> dict:
+    """A JSON file another stage wrote (a decision, a registered version, a measurement); a missing or unreadable
+    one raises InputError naming it, and `missing` (what to run)."""
+    path = Path(path)
+    reads.file_read(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not found or unreadable ({exc}){'; ' + missing if missing else ''}") from None
 
 
 def load_jsonl(path: str | Path) -> list[dict]:

@@ -202,7 +202,7 @@ def stage_pairs(params, queries: dict[str, dict], candidates: list[dict], scores
 
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
          scores_path: str = "data/scores.jsonl", out: str = "data/pairs.jsonl",
-         metrics: str = "metrics/pairs.json", human_path: str = "data/human/items.jsonl") -> None:
+         metrics: str = "reports/figures/pairs.json", human_path: str = "data/human/items.jsonl") -> None:
     if params.pairs.human and not Path(human_path).exists():
         raise InputError(f"pairs.human is on but {human_path} does not exist: run the human_set stage")
     pairs, extra = stage_pairs(params, {q["query_id"]: q for q in load_jsonl(queries_path)}, load_jsonl(candidates_path),
@@ -213,7 +213,7 @@ def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str 
 
 def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
                scores_path: str = "data/group/scores.jsonl", out: str = "data/group/pairs.jsonl",
-               metrics: str = "metrics/pairs_group.json") -> None:
+               metrics: str = "reports/figures/pairs_group.json") -> None:
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     pairs = build_block_pairs(load_jsonl(episodes_path), load_jsonl(scores_path), queries, params.group_pairs)
     _finish("pairs_group", pairs, params.group_pairs, out, metrics)

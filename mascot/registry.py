@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+import re
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from mascot.io import InputError, load_jsonl
+from mascot.io import InputError, load_jsonl, read_json
 
 
 def experiment_origin(cwd: Path | None = None) -> Path | None:
@@ -254,13 +255,18 @@ def decide_promotion(new: dict, champion: dict | None, min_accuracy: float,
 
 def set_alias(name: str, alias: str, version: str, reason: str, figures: dict[str, object]) -> None:
     """Move `alias` to `version`, recording why and with which figures as version tags."""
+    MlflowClient().set_registered_model_alias(name, alias, version)
+    tag_decision(name, version, alias, reason, figures)
+
+
+def tag_decision(name: str, version: str, prefix: str, reason: str, figures: dict[str, object]) -> None:
+    """Record a decision on `version` as tags `<prefix>_since`, `<prefix>_reason` and `<prefix>_<figure>`."""
     client = MlflowClient()
-    client.set_registered_model_alias(name, alias, version)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    client.set_model_version_tag(name, version, f"{alias}_since", stamp)
-    client.set_model_version_tag(name, version, f"{alias}_reason", reason)
+    client.set_model_version_tag(name, version, f"{prefix}_since", stamp)
+    client.set_model_version_tag(name, version, f"{prefix}_reason", reason)
     for key, value in figures.items():
-        client.set_model_version_tag(name, version, f"{alias}_{key}", str(value))
+        client.set_model_version_tag(name, version, f"{prefix}_{key}", str(value))
 
 
 def version_digest(name: str, version) -> str:
@@ -270,14 +276,27 @@ def version_digest(name: str, version) -> str:
     return hashlib.sha256(f"{name}|{mv.version}|{mv.run_id}|{mv.source}".encode()).hexdigest()[:16]
 
 
-def check_recorded_champion(name: str, alias: str, decision_path: str | Path, stage: str, promote_stage: str) -> str:
-    """The version `@alias` resolves to, after checking it is the one the promotion stage decided and recorded
-    (its DVC output): an alias moved by hand, or a promote output restored from DVC's run cache without the
-    registry side effect, is refused with what to run."""
-    try:
-        decision = json.loads(Path(decision_path).read_text())
-    except (OSError, ValueError):
-        raise InputError(f"{stage}: {decision_path} not found or unreadable; run the {promote_stage} stage first") from None
+def experiment_alias(experiment: str) -> str:
+    """The registry alias that holds what a DVC experiment's gate promoted: `exp-<name>` (MLflow allows letters,
+    digits, `_` and `-` in an alias)."""
+    return "exp-" + re.sub(r"[^\w-]", "-", experiment)
+
+
+def current_experiment() -> str | None:
+    """The DVC experiment this stage runs in (`dvc exp run`, queued, `--temp` or in the workspace: DVC puts its
+    name in every stage's environment), or None for a plain `dvc repro`."""
+    return os.environ.get("DVC_EXP_NAME") or None
+
+
+def check_recorded_champion(name: str, alias: str, decision_path: str | Path, stage: str,
+                            promote_stage: str) -> tuple[str, str]:
+    """(version, alias) of the reward model the promotion stage decided and recorded (its DVC output), after
+    checking the alias still resolves to it: an alias moved by hand, or a promote output restored from DVC's run
+    cache without the registry side effect, is refused with what to run. The alias is the one the decision names:
+    `alias` (the team's champion), or inside a DVC experiment the experiment's own (`exp-<name>`) when its gate
+    promoted its version."""
+    decision = read_json(decision_path, f"{stage} needs the {promote_stage} stage's decision: run it first")
+    alias = decision.get("champion_alias") or alias
     recorded, digest = decision.get("champion_version"), decision.get("champion_digest")
     current = alias_version(name, alias)
     if recorded is None:
@@ -293,7 +312,7 @@ def check_recorded_champion(name: str, alias: str, decision_path: str | Path, st
                          f"(by hand, or a restored run cache skipped its move). Let the gate decide again with "
                          f"`dvc repro -f {promote_stage}`, or move it back with `mascot promote --model {name} "
                          f"--version {recorded} --alias {alias} --reason ...`")
-    return str(current)
+    return str(current), alias
 
 
 def dvc_experiment_tags() -> dict[str, str]:

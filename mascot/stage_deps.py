@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # what `mascot <stage>` runs, beside mascot.cli.STAGES: the promotion gates
 EXTRA_STAGES = {"promote": "mascot.promote", "promote_group": "mascot.promote"}
 # what mascot/cli.py imports for every stage before dispatching to it
-DISPATCH = ("mascot.config", "mascot.io", "mascot.launch", "mascot.llm.backend")
+DISPATCH = ("mascot.config", "mascot.headline", "mascot.io", "mascot.launch", "mascot.llm.backend", "mascot.reads")
 
 
 def module_file(module: str, root: Path = ROOT) -> Path | None:

@@ -99,5 +99,8 @@ def dvc_repo(repo_root, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("pipeline") / "repo"
     env = fresh_pipeline_copy(repo_root, work)
+    # every stage records the parameters and files it reads (mascot/reads.py): tests/test_pipeline_dvc.py holds
+    # dvc.yaml to them
+    env["MASCOT_RECORD_READS"] = str(work / ".mascot" / "reads")
     sh("mascot profile tiny", work, env)
     return work, env

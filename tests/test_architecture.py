@@ -15,7 +15,7 @@ PACKAGE = ROOT / "mascot"
 # module gets a floor here, where the reader of docs/architecture.md will look for it.
 FLOORS = {
     # 0: foundations: they import only each other
-    "mascot": 0, "mascot.io": 0, "mascot.progress": 0, "mascot.stats": 0, "mascot.transcript": 0,
+    "mascot": 0, "mascot.io": 0, "mascot.reads": 0, "mascot.progress": 0, "mascot.stats": 0, "mascot.transcript": 0,
     "mascot.trainer_args": 0, "mascot.precision": 0, "mascot.launch": 0, "mascot.processes": 0,
     "mascot.stack": 0, "mascot.stack.common": 0, "mascot.stack.postgres": 0, "mascot.stack.seaweedfs": 0,
     "mascot.stack.mlflow_server": 0, "mascot.stack.supervisor": 0,
@@ -43,7 +43,7 @@ FLOORS = {
     "mascot.policy": 6, "mascot.policy.rewards": 6, "mascot.policy.watch": 6, "mascot.policy.engine": 6, "mascot.policy.grpo": 6,
     "mascot.policy.evaluate": 6, "mascot.policy.director": 6, "mascot.policy.evaluate_group": 6,
     # 7: the command line and what reads it
-    "mascot.cli": 7, "mascot.stage_deps": 7,
+    "mascot.cli": 7, "mascot.stage_deps": 7, "mascot.param_deps": 7, "mascot.headline": 1,
 }
 # what a light command (`mascot --help`, `mascot profile`, `mascot stack`) must not load
 HEAVY = {"torch", "transformers", "trl", "peft", "mlflow", "vllm", "openai", "datasets", "accelerate",

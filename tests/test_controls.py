@@ -26,7 +26,7 @@ def _repo(repo_root, tmp_path_factory, kind: str):
 
 
 def _metrics(work, name: str) -> dict:
-    return json.loads((work / "metrics" / f"{name}.json").read_text())
+    return json.loads((work / "reports" / "figures" / f"{name}.json").read_text())
 
 
 def _set_params(work, blocks: dict) -> None:

@@ -152,7 +152,7 @@ def test_kill_9_mid_stage_then_resume_equals_clean_run(tiny_workspace):
 
     resumed = run_generate(work, env, work / "resume-killed", "data/killed.jsonl")
     assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-2000:]
-    metrics = json.loads((work / "metrics/generate.json").read_text())
+    metrics = json.loads((work / "reports/figures/generate.json").read_text())
     got = [json.loads(x) for x in (work / "data/killed.jsonl").read_text().splitlines()]
     want = [json.loads(x) for x in (work / "data/clean.jsonl").read_text().splitlines()]
     ids = [c["candidate_id"] for c in got]
@@ -193,7 +193,7 @@ def test_kill_9_during_episodes_then_resume_equals_clean_run(tiny_workspace):
     resumed = run_episodes(work, env, work / "ep-killed", "data/ep-killed.jsonl")
     assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-2000:]
     got = [json.loads(x) for x in (work / "data/ep-killed.jsonl").read_text().splitlines()]
-    metrics = json.loads((work / "metrics/episodes.json").read_text())
+    metrics = json.loads((work / "reports/figures/episodes.json").read_text())
     print("KILL9-EPISODES", json.dumps({"prefixes": prefixes, "journal_prefixes_at_kill": before,
                                        "resumed_prefixes": metrics["resumed_prefixes"], "episodes": len(got),
                                        "equal_to_clean_run": got == want}))

@@ -8,6 +8,10 @@ pytestmark = pytest.mark.integration
 
 from tests.conftest import ran_stages, sh
 
+ALL_STAGES = {"base_model", "small_model", "prepare", "human_set", "generate", "judge_check", "score", "pairs",
+              "validate", "train_rm", "promote", "train_grpo", "evaluate", "episodes", "judge_check_group", "score_group",
+              "pairs_group", "validate_group", "train_group_rm", "promote_group", "train_director", "evaluate_group"}
+
 
 def _json_of(text: str) -> dict:
     """The indented JSON object a command printed after its log lines."""
@@ -20,38 +24,98 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
 
     work, env = dvc_repo
     first = sh("dvc repro", work, env)
-    assert ran_stages(first) == {"base_model", "small_model", "prepare", "human_set", "generate", "judge_check", "score", "pairs",
-                                 "validate", "train_rm", "promote", "train_grpo", "evaluate",
-                                 "episodes", "judge_check_group", "score_group", "pairs_group", "validate_group", "train_group_rm",
-                                 "promote_group", "train_director", "evaluate_group"}
+    assert ran_stages(first) == ALL_STAGES
     report = json.loads((work / "reports/validation.json").read_text())
     assert report["success"] and report["failed"] == 0
-    metrics = sh("dvc metrics show --json", work, env)
+    # what dvc metrics show lists: each stage's headline numbers (mascot/headline.py), a few dozen in all; every
+    # figure, with its strings and detail, in reports/figures/<stage>.json
+    out = sh("dvc metrics show --json", work, env)
+    shown = json.loads(out[out.index("{"): out.rindex("}") + 1])
+    headline = {f"{path}:{key}": value for rev in shown.values() for path, data in rev["data"].items()
+                for key, value in data["data"].items()}
+    print(json.dumps(headline, indent=1))
+    assert 30 <= len(headline) <= 60 and all(isinstance(v, (int, float)) for v in headline.values()), headline
+    for stage in ALL_STAGES:
+        assert any(k.startswith(f"metrics/{stage}.json:") for k in headline), stage
     for key in ("queries", "candidates", "scored", "unscored", "pairs", "mean_perceived_empathy",
                 "chosen_longer_fraction", "ref_gt_off_topic", "ref_gt_off_topic_ci_low", "chosen_prompt_style",
                 "eval_length_baseline_accuracy", "reference_ref_gt_off_topic", "grpo_minus_base",
                 "valid_branches", "invalid_branches", "mean_fidelity", "std_group_coherence", "collective_total",
                 "per_reply_total", "speaker_usage", "minus_random_collective_total", "directive_format_last_step"):
-        assert f'"{key}"' in metrics, key
-    by_source = json.loads((work / "metrics/prepare.json").read_text())["queries_by_source"]
+        assert any(key in json.loads((work / f"reports/figures/{stage}.json").read_text()) for stage in ALL_STAGES), key
+    by_source = json.loads((work / "reports/figures/prepare.json").read_text())["queries_by_source"]
     assert set(by_source) == {"esconv", "qmsum"}, by_source  # the default corpus is the method's two
     pairs = [json.loads(line) for line in (work / "data/pairs.jsonl").read_text().splitlines()]
     assert pairs and all(p["score_chosen"] > p["score_rejected"] for p in pairs)
     # against people, end to end: the shipped slices' rated turns, the judge and the reward model measured on
     # them, and (the tiny profile's pairs.human) the seekers' pairs of train conversations trained on
-    human = json.loads((work / "metrics/human_set.json").read_text())
+    human = json.loads((work / "reports/figures/human_set.json").read_text())
     assert human["items"] == 535 and human["pairs"] == 292 and human["pair_conversations"] == 53
-    judge = json.loads((work / "metrics/judge_check.json").read_text())
+    judge = json.loads((work / "reports/figures/judge_check.json").read_text())
     assert judge["human_items"] > 0 and judge["human_pairs_n"] > 0 and judge["chosen_by"] == "human_pairs"
     assert {p["pair_source"] for p in pairs} == {"judge", "human"}
     assert all(p["split"] == "train" for p in pairs if p["pair_source"] == "human")
-    rm = json.loads((work / "metrics/train_rm.json").read_text())
+    rm = json.loads((work / "reports/figures/train_rm.json").read_text())
     assert rm["human_pairs_n"] > 0 and rm["human_length_baseline"] is not None
-    promoted = json.loads((work / "metrics/promote.json").read_text())
+    promoted = json.loads((work / "reports/figures/promote.json").read_text())
     assert "held-out pairs of" in promoted["reason"] and promoted["new_human_pairs_n"] == rm["human_pairs_n"]
 
     second = sh("dvc repro", work, env)
     assert ran_stages(second) == set(), second
+
+
+def _flipped(value):
+    """Another value of the same kind: what a user's edit of that parameter looks like to DVC."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, list):
+        return [*value, "flipped"]
+    if isinstance(value, dict):
+        return {**value, "flipped": 1}
+    return f"{value}-flipped"
+
+
+def test_dvc_yaml_declares_every_parameter_and_file_each_stage_reads(dvc_repo):
+    """What each stage read while the chain ran (mascot/reads.py) against dvc.yaml; then every parameter any stage
+    read is changed at once, and `dvc status` must find each stage stale by exactly the parameters it read."""
+    import json
+
+    from ruamel.yaml import YAML
+
+    from mascot import param_deps, reads
+
+    work, env = dvc_repo
+    sh("dvc repro", work, env)
+    records = reads.load(work / ".mascot" / "reads")
+    assert set(records) == ALL_STAGES, sorted(ALL_STAGES - set(records))
+    found = param_deps.check(records, work / "dvc.yaml")
+    wrong = {stage: f for stage, f in found.items() if f["missing_params"] or f["missing_files"] or f["unread_params"]}
+    assert not wrong, ("dvc.yaml and what the stages read differ (`python -m mascot.param_deps DIR --write` with "
+                       f"DIR a record of the chain):\n{json.dumps(wrong, indent=1)}")
+    read = {stage: param_deps.stage_units(stage, rec["params"]) for stage, rec in records.items()}
+    ry = YAML()
+    original = (work / "params.yaml").read_text()
+    doc = ry.load(original)
+    for key in set().union(*read.values()):
+        *parents, last = key.split(".")
+        block = doc
+        for part in parents:
+            block = block[part]
+        block[last] = _flipped(block[last])
+    try:
+        with open(work / "params.yaml", "w") as fh:
+            ry.dump(doc, fh)
+        out = sh("dvc status --json", work, env)
+        status = json.loads(out[out.index("{"): out.rindex("}") + 1])
+    finally:
+        (work / "params.yaml").write_text(original)
+    stale = {stage: {k for change in changes if isinstance(change, dict)
+                     for k in (change.get("changed deps") or {}).get("params.yaml", {})}
+             for stage, changes in status.items()}
+    print("\n".join(f"{stage}: stale by {sorted(keys)}" for stage, keys in sorted(stale.items())))
+    assert {s: k for s, k in stale.items() if k} == {s: k for s, k in read.items() if k}
 
 
 def test_registry_lineage_and_fresh_process_round_trip(dvc_repo):
@@ -108,7 +172,7 @@ open(".mascot/check_registry.json", "w").write(json.dumps({"champion": str(champ
     assert ["data/pairs.jsonl", tags["pairs_md5"], ["train"]] in out["rm_inputs"]
     # the watch: a check at step 0, each step (tiny: every_steps 1) and the verdict on the version
     assert out["watch_judge_steps"] == [0, 1, 2] and out["grpo_version_tags"]["watch_verdict"]
-    watch = json.loads((work / "metrics/train_grpo.json").read_text())
+    watch = json.loads((work / "reports/figures/train_grpo.json").read_text())
     assert watch["watch_verdict"] == "too few to tell" and watch["watch_n"] == 2  # 2 probes: no verdict
     assert out["grpo_aliases"] == ["champion"] and watch["champion"] is True
     assert (work / "plots/train_grpo/watch.csv").read_text().startswith("step,mean_reward_model,mean_judge")
@@ -163,9 +227,9 @@ open(".mascot/check_group.json", "w").write(json.dumps({"champion": str(champion
     probe = _json_of(sh("mascot probe --uri models:/mascot-group-rm@champion", work, env))
     assert probe["version"] == out["champion"] and probe["scores_in_training"] is not None
     assert probe["max_abs_diff"] is not None and probe["max_abs_diff"] < 1e-4
-    episodes = json.loads((work / "metrics/episodes.json").read_text())
+    episodes = json.loads((work / "reports/figures/episodes.json").read_text())
     assert episodes["episodes"] == 3 * 3 and episodes["valid_branches"] + episodes["invalid_branches"] == 9
-    evaluation = json.loads((work / "metrics/evaluate_group.json").read_text())
+    evaluation = json.loads((work / "reports/figures/evaluate_group.json").read_text())
     assert all(evaluation[c]["conversations"] == 2 for c in ("trained", "base", "random", "round_robin"))
     assert "## Highest" in (work / "reports/group/examples.md").read_text()
     pairs = [json.loads(line) for line in (work / "data/group/pairs.jsonl").read_text().splitlines()]
@@ -176,12 +240,18 @@ open(".mascot/check_group.json", "w").write(json.dumps({"champion": str(champion
 def test_changing_margin_reruns_only_pairs_and_validate(dvc_repo):
     work, env = dvc_repo
     sh("dvc repro", work, env)
+    # the README's baseline: a commit of dvc.lock that the comparison commands read the old figures from
+    who = {f"GIT_{role}_{key}": value for role in ("AUTHOR", "COMMITTER") for key, value in (("NAME", "m"), ("EMAIL", "m@m"))}
+    assert "tag mascot-baseline" in sh("make baseline", work, {**env, **who})
     params = original = (work / "params.yaml").read_text()
     params = re.sub(r"score_margin: [0-9.]+", "score_margin: 0.0001", params)  # a change that still forms pairs
     (work / "params.yaml").write_text(params)
     try:
         out = sh("dvc repro validate", work, env)  # the data half; the model half then follows the new pairs
         assert ran_stages(out) == {"pairs", "validate"}, out
+        diff = sh("dvc metrics diff mascot-baseline --all", work, env)
+        assert "failed to load" not in diff and "reports/figures/pairs.json" in diff and "reports/figures/train_rm.json" in diff, diff
+        assert "pairs.score_margin" in sh("dvc params diff mascot-baseline", work, env)
     finally:  # leave the shared repo as it was found (other modules use it): DVC's run cache restores the old outputs
         (work / "params.yaml").write_text(original)
     out = sh("dvc repro", work, env)

@@ -52,7 +52,7 @@ def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
     tmp, params = workspace
     train.main(params)
     promote.main(params)
-    first = json.loads((tmp / "metrics/promote.json").read_text())
+    first = json.loads((tmp / "reports/figures/promote.json").read_text())
     assert first["promoted"] and first["alias"] == "champion" and first["new_accuracy"] > 0.5
 
     # A deliberately worse model: the same adapter with its score head negated, registered as v2.
@@ -68,7 +68,7 @@ def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
     (tmp / "models/reward/registered.json").write_text(json.dumps({"name": v2.name, "version": v2.version,
                                                                     "probe_scores": probes}))
     promote.main(params)
-    second = json.loads((tmp / "metrics/promote.json").read_text())
+    second = json.loads((tmp / "reports/figures/promote.json").read_text())
     client = MlflowClient()
     assert not second["promoted"] and second["alias"] == "challenger"
     assert "worse than the champion" in second["reason"]
@@ -115,7 +115,7 @@ def test_half_registered_version_is_never_promoted(workspace):
 
 @pytest.mark.integration
 def test_a_hand_moved_champion_is_caught_by_train_grpo(dvc_repo, tmp_path):
-    """promote records the version it decided (metrics/promote.json, a DVC output); an alias moved outside the
+    """promote records the version it decided (reports/figures/promote.json, a DVC output); an alias moved outside the
     pipeline afterwards is refused by the stages that train or evaluate against it."""
     import shutil
 
@@ -146,12 +146,12 @@ print(v2.version)
     print(proc.stderr)
     assert proc.returncode == 2
     assert ("models:/mascot-persona-rm@champion now resolves to version 2, but promote recorded version 1 "
-            "(metrics/promote.json)") in proc.stderr and "dvc repro -f promote" in proc.stderr
+            "(reports/figures/promote.json)") in proc.stderr and "dvc repro -f promote" in proc.stderr
     proc = subprocess.run("mascot evaluate", shell=True, cwd=copy, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "now resolves to version 2" in proc.stderr
     # moved back, the recorded decision holds again
     sh("mascot promote --version 1 --reason 'back'", copy, env)
     check = ("from mascot.config import load_params; from mascot.registry import setup_tracking, check_recorded_champion;"
              " setup_tracking(load_params()); print('ok', check_recorded_champion('mascot-persona-rm', 'champion', "
-             "'metrics/promote.json', 'train_grpo', 'promote'))")
-    assert "ok 1" in sh(f'python -c "{check}"', copy, env)
+             "'reports/figures/promote.json', 'train_grpo', 'promote'))")
+    assert "ok ('1', 'champion')" in sh(f'python -c "{check}"', copy, env)

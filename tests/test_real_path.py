@@ -126,7 +126,7 @@ def test_hub_source_downloads_once_at_the_pinned_commit(stand_in_hub, repo_root,
     print(proc.stdout, proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     source = json.loads((tmp_path / "models/base/mascot_source.json").read_text())
-    metrics = json.loads((tmp_path / "metrics/base_model.json").read_text())
+    metrics = json.loads((tmp_path / "reports/figures/base_model.json").read_text())
     assert source["commit"] == metrics["commit"] == hub.commit and source["revision"] == "v1.0"
     assert (tmp_path / "models/base/model.safetensors").exists() and not (tmp_path / "models/base/.cache").exists()
     assert f"at commit {hub.commit}" in proc.stdout

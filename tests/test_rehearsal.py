@@ -108,9 +108,9 @@ def test_every_request_went_to_the_server_counted_per_endpoint(rehearsal):
 
 def test_the_director_trained_on_conversational_completions_and_directives_parse(rehearsal):
     work, *_ = rehearsal
-    director = json.loads((work / "metrics/train_director.json").read_text())
+    director = json.loads((work / "reports/figures/train_director.json").read_text())
     assert director["completion_kinds"]["conversational"] > 0 and director["completion_kinds"]["plain"] == 0
-    episodes = json.loads((work / "metrics/episodes.json").read_text())
+    episodes = json.loads((work / "reports/figures/episodes.json").read_text())
     print("\nEPISODES:", {k: episodes[k] for k in ("valid_branches", "invalid_branches", "directive_parse_rate",
                                                   "directive_parse_rate_unconstrained", "directives_constrained")})
     # a random-weight Director under the grammar: every directive parses and names a real agent
@@ -149,5 +149,5 @@ open(".mascot/check.json", "w").write(json.dumps(out))
         text = (work / rel).read_text()
         assert text.strip(), rel
         assert "<think>" not in text and "</think>" not in text, rel
-    judge = json.loads((work / "metrics/judge_check.json").read_text())
+    judge = json.loads((work / "reports/figures/judge_check.json").read_text())
     print("\nJUDGE_CHECK:", json.dumps(judge)[:1500])

@@ -169,7 +169,7 @@ def test_a_judge_at_chance_stops_or_warns_in_words(repo_root, tmp_path, monkeypa
     cands, scores, pairs = dataset()
     monkeypatch.chdir(tmp_path)
     write_jsonl("c.jsonl", cands), write_jsonl("s.jsonl", scores), write_jsonl("p.jsonl", pairs)
-    write_json("metrics/judge_check.json", judge(0.58, 0.38, 0.50, 0.29))
+    write_json("reports/figures/judge_check.json", judge(0.58, 0.38, 0.50, 0.29))
     write_jsonl("data/queries.jsonl", [{"query_id": f"q{i}", "conversation_id": f"c{i}"} for i in range(12)])
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
     raw["validate"].update(min_judge_accuracy=0.5, judge_gate=level, max_constant_group_fraction=1.0,
@@ -184,7 +184,7 @@ def test_a_judge_at_chance_stops_or_warns_in_words(repo_root, tmp_path, monkeypa
     stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
     out = capsys.readouterr().out
     print(out)
-    metrics = json.loads((tmp_path / "metrics/validate.json").read_text())
+    metrics = json.loads((tmp_path / "reports/figures/validate.json").read_text())
     assert metrics["success"] and metrics["judge_warning"].startswith("the judge cannot be told from chance")
     assert "human reply > off-topic 0.58 [0.38, 0.78] (n 24)" in metrics["judge_warning"]
     assert "validate: WARNING: the judge cannot be told from chance" in out
@@ -217,7 +217,7 @@ def test_a_judge_below_the_human_bar_stops_or_warns_and_says_if_it_beat_length(r
     cands, scores, pairs = dataset()
     monkeypatch.chdir(tmp_path)
     write_jsonl("c.jsonl", cands), write_jsonl("s.jsonl", scores), write_jsonl("p.jsonl", pairs)
-    write_json("metrics/judge_check.json", {**judge(0.9, 0.8, 0.9, 0.8), **human(0.48, 0.40, 0.57)})
+    write_json("reports/figures/judge_check.json", {**judge(0.9, 0.8, 0.9, 0.8), **human(0.48, 0.40, 0.57)})
     write_jsonl("data/queries.jsonl", [{"query_id": f"q{i}", "conversation_id": f"c{i}"} for i in range(12)])
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
     raw["validate"].update(min_judge_accuracy=0.5, min_human_agreement=0.5, judge_gate=level,
@@ -234,7 +234,7 @@ def test_a_judge_below_the_human_bar_stops_or_warns_and_says_if_it_beat_length(r
         assert 'It did not beat "the longer turn wins" (0.58)' in err
         return
     stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
-    warning = json.loads((tmp_path / "metrics/validate.json").read_text())["judge_warning"]
+    warning = json.loads((tmp_path / "reports/figures/validate.json").read_text())["judge_warning"]
     assert warning.startswith("against people the judge scored the higher-rated")
     assert "did not beat" in warning and "(validate.judge_gate: warn)" in warning
 

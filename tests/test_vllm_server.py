@@ -123,7 +123,7 @@ def test_generate_and_score_stages_end_to_end(vllm, tiny_model_dir, repo_root, t
             proc = subprocess.run(f"mascot {stage}", shell=True, cwd=tmp_path, env=env, capture_output=True,
                                   text=True, timeout=600)
             assert proc.returncode == 0, proc.stderr[-3000:]
-        metrics = json.loads((tmp_path / "metrics/score.json").read_text())
+        metrics = json.loads((tmp_path / "reports/figures/score.json").read_text())
         assert metrics["scored"] + metrics["unscored"] == 6 and metrics["scored"] >= 5, (mode, metrics)
 
 

@@ -286,7 +286,7 @@ def episode_metrics(episodes: list[dict]) -> dict:
 
 
 def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/group/episodes.jsonl",
-         metrics: str = "metrics/episodes.json") -> None:
+         metrics: str = "reports/figures/episodes.json") -> None:
     p = params.episodes
     queries = episode_queries(load_jsonl(queries_path), p.max_queries, p.seed, params.heldout)
     personas = load_personas(params.prepare.personas_file)

@@ -81,7 +81,7 @@ def generation_queries(queries: list[dict], generate, heldout) -> tuple[list[dic
 
 
 def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/candidates.jsonl",
-         metrics: str = "metrics/generate.json") -> None:
+         metrics: str = "reports/figures/generate.json") -> None:
     queries, skipped = generation_queries(load_jsonl(queries_path), params.generate, params.heldout)
     personas = load_personas(params.prepare.personas_file)
     for i, q in enumerate(queries, start=1):  # before any model loads: bad input fails fast

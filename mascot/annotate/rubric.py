@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from mascot import reads
 from mascot.io import read_yaml
 from mascot.llm.backend import Prompt
 
@@ -229,10 +230,11 @@ def load_rubric(path: str | Path) -> Rubric:
 
 
 RUBRICS_DIR = PROJECT / "data" / "rubrics"
-# the two shipped rubrics (score.rubric and score_group.rubric default to their files)
-PERSONA = load_rubric(RUBRICS_DIR / "persona.yaml")
-COLLECTIVE = load_rubric(RUBRICS_DIR / "collective.yaml")
-RUBRICS = {r.name: r for r in (PERSONA, COLLECTIVE)}
+# the two shipped rubrics (score.rubric and score_group.rubric default to their files), loaded at import: not a
+# stage's read (mascot/reads.py); a stage reads the rubric its params name
+with reads.paused():
+    PERSONA = load_rubric(RUBRICS_DIR / "persona.yaml")
+    COLLECTIVE = load_rubric(RUBRICS_DIR / "collective.yaml")
 
 def expected_score(probs: dict[str, float]) -> float:
     return sum(int(c) * p for c, p in probs.items())

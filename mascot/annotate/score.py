@@ -6,7 +6,6 @@ JSON schema. A candidate the judge could not score is recorded as unscored, with
 ever invented.
 """
 from __future__ import annotations
-import json
 from pathlib import Path
 from statistics import fmean, pstdev
 
@@ -17,7 +16,7 @@ from mascot.annotate.rubric import (MIN_REASON_CHARS, PERSONA, SCORE_CHOICES, Ju
 from mascot.config import ScoreParams
 from mascot.data.personas import Persona, load_personas
 from mascot.granularity import BLOCK, REPLY, Granularity
-from mascot.io import load_jsonl, write_json, write_jsonl
+from mascot.io import load_jsonl, read_json, write_json, write_jsonl
 from mascot.llm.backend import LLMBackend
 from mascot.resume import Journal, fingerprint, run_journaled
 
@@ -226,7 +225,7 @@ def mean_total_by_source(scores: list[dict], queries: dict[str, dict]) -> dict[s
     return {src: round(fmean(v), 4) for src, v in sorted(by.items())}
 
 
-def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "metrics/judge_check.json") -> str:
+def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "reports/figures/judge_check.json") -> str:
     """`auto` takes the prompt format judge_check measured as best for this judge."""
     if params.prompt_style != "auto":
         return params.prompt_style
@@ -234,7 +233,7 @@ def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "metric
     path = Path(judge_check_metrics)
     if not path.exists():
         raise FileNotFoundError(f"score.prompt_style is 'auto' but {path} does not exist; run the judge_check stage")
-    return json.loads(path.read_text())["chosen_prompt_style"]
+    return read_json(path)["chosen_prompt_style"]
 
 
 def _run(params, units: list[dict], granularity: Granularity, journal_name: str, out: str, metrics: str,
@@ -258,14 +257,14 @@ def _run(params, units: list[dict], granularity: Granularity, journal_name: str,
 
 
 def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
-         out: str = "data/scores.jsonl", metrics: str = "metrics/score.json") -> None:
+         out: str = "data/scores.jsonl", metrics: str = "reports/figures/score.json") -> None:
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     units = REPLY.judge_units(load_jsonl(candidates_path), queries, load_personas(params.prepare.personas_file))
     _run(params, units, REPLY, "score", out, metrics, queries)
 
 
 def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
-               out: str = "data/group/scores.jsonl", metrics: str = "metrics/score_group.json",
+               out: str = "data/group/scores.jsonl", metrics: str = "reports/figures/score_group.json",
                examples: str = "reports/group/examples.md") -> None:
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     episodes = load_jsonl(episodes_path)

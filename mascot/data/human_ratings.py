@@ -175,7 +175,7 @@ def describe_agreement(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:
             f"at equal length {describe_equal_length(fig['equal_length'], min_n)}")
 
 
-def main(params, out: str = "data/human/items.jsonl", metrics: str = "metrics/human_set.json") -> None:
+def main(params, out: str = "data/human/items.jsonl", metrics: str = "reports/figures/human_set.json") -> None:
     """The `human_set` stage: the rated supporter turns of every source in prepare.sources, with their counts."""
     p, h = params.prepare, params.human
     personas = load_personas(p.personas_file)

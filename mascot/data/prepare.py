@@ -35,7 +35,7 @@ def token_counter(tokenizer_path: str):
     return lambda text: len(tok.encode(text, add_special_tokens=False))
 
 
-def main(params, out: str = "data/queries.jsonl", metrics: str = "metrics/prepare.json") -> None:
+def main(params, out: str = "data/queries.jsonl", metrics: str = "reports/figures/prepare.json") -> None:
     p: PrepareParams = params.prepare
     bad = BadRows(skip=p.skip_bad_rows)
     personas = load_personas(p.personas_file)

@@ -320,7 +320,7 @@ def main(params, block: str = "base_model") -> None:
     except HubError as exc:
         raise InputError(str(exc)) from None
     seconds = round(time.time() - start, 1)
-    write_json(f"metrics/{block}.json", {**record, "out_dir": spec.out_dir, "seconds": seconds})
+    write_json(f"reports/figures/{block}.json", {**record, "out_dir": spec.out_dir, "seconds": seconds})
     pinned = f" at commit {record['commit']}" if record.get("commit") else ""
     print(f"{block}: {spec.source}{pinned} -> {spec.out_dir} in {seconds:.0f}s")
 

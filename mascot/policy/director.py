@@ -50,7 +50,7 @@ def director_states(episodes: list[dict], queries: dict[str, dict], personas: di
             rows.append({"prompt": prompt, "query_id": e["query_id"], "context": json.dumps(context),
                          "turns": json.dumps(turns), "previous_speaker": previous})
     if not rows:
-        raise InputError("train_director: no valid episodes to take Director states from; see metrics/episodes.json "
+        raise InputError("train_director: no valid episodes to take Director states from; see reports/figures/episodes.json "
                          "(invalid branches) and the episodes parameters")
     return rows[: params.max_prompts] if params.max_prompts else rows
 
@@ -135,7 +135,7 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
 
 
 def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
-         out_dir: str = "models/director", metrics_path: str = "metrics/train_director.json",
+         out_dir: str = "models/director", metrics_path: str = "reports/figures/train_director.json",
          plots_path: str = "plots/train_director/rewards.csv", watch_plot: str = "plots/train_director/watch.csv") -> None:
     from mascot import registry
     from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
@@ -144,16 +144,16 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
     registry.setup_tracking(params)
     rm_name = params.train_group_rm.registered_model
-    registry.check_recorded_champion(rm_name, p.reward_alias, "metrics/promote_group.json", "train_director",
-                                     "promote_group")
-    rm_version, rm_uri, scorer = champion_scorer(rm_name, p.reward_alias, "train_director", "promote_group")
+    _, rm_alias = registry.check_recorded_champion(rm_name, p.reward_alias, "reports/figures/promote_group.json",
+                                                   "train_director", "promote_group")
+    rm_version, rm_uri, scorer = champion_scorer(rm_name, rm_alias, "train_director", "promote_group")
     personas = load_personas(params.prepare.personas_file)
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     rows = director_states(load_jsonl(episodes_path), queries, personas, p)
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     rollout = Sampling(**{**speaker_sampling(params.episodes).__dict__, "max_tokens": p.rollout_max_tokens})
     tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
-            "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri, "speaker_model": speaker.model_name,
+            "reward_model_alias": rm_alias, "reward_model_uri": rm_uri, "speaker_model": speaker.model_name,
             "base_model": p.base_model, "granularity": "block", "rubric_aggregate": BLOCK.rubric(params).aggregation,
             **registry.base_model_tags(p.base_model)}
 

@@ -227,7 +227,7 @@ def run_policy_stage(params, stage: PolicyStage, rows: list[dict]) -> tuple[dict
         raise InputError(f"{name}.watch.stop_when_over_optimising: the watch runs on the main rank only, so it "
                          f"cannot stop {world_size()} DDP ranks together; turn it off, or train with num_processes 1")
     # what shapes the run: a rerun with all of it the same resumes from the last checkpoint, anything else starts over
-    ckpt = checkpoints.checkpoint_dir(name, params.model_dump(), rows, tags.get("reward_model"),
+    ckpt = checkpoints.checkpoint_dir(name, checkpoints.params_key(params), rows, tags.get("reward_model"),
                                       tags.get("reward_model_version"), folder_digest(p.base_model), world_size())
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
         train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt, meta={"stage": name})

@@ -5,7 +5,6 @@ rubric judge scores. One MLflow run per policy (comparable in `mlflow ui`), and 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 import re
 from statistics import fmean
@@ -19,7 +18,7 @@ from mascot.annotate.score import resolve_prompt_style, score_candidates
 from mascot.config import GenerateParams
 from mascot.data.personas import load_personas
 from mascot.granularity import persona_fields
-from mascot.io import columns_of, load_jsonl, write_json, write_jsonl
+from mascot.io import columns_of, load_jsonl, read_json, write_json, write_jsonl
 from mascot.splits import conversation_of, held_out
 from mascot.stats import DEFAULT_MIN_N, describe, describe_equal_length, equal_length_difference, mean_with_ci
 
@@ -158,7 +157,7 @@ def load_policy(base_model: str, adapter_dir: str | None):
 
 
 def main(params, queries_path: str = "data/queries.jsonl",
-         policy_dir: str = "models/policy", metrics_path: str = "metrics/evaluate.json",
+         policy_dir: str = "models/policy", metrics_path: str = "reports/figures/evaluate.json",
          replies_path: str = "reports/evaluate_replies.jsonl") -> None:
     import mlflow
     from mlflow.entities import Metric, RunTag
@@ -174,10 +173,10 @@ def main(params, queries_path: str = "data/queries.jsonl",
     # queries no model trained on: never in pairs (the reward model), never GRPO prompts (the policy)
     queries = held_out(load_jsonl(queries_path), params.heldout, params.evaluate.max_queries)
     rm_name, alias = params.train_rm.registered_model, params.grpo.reward_alias
-    rm_version = registry.check_recorded_champion(rm_name, alias, "metrics/promote.json", "evaluate", "promote")
+    rm_version, alias = registry.check_recorded_champion(rm_name, alias, "reports/figures/promote.json", "evaluate", "promote")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     judge = make_judge(params)
-    policy = json.loads((Path(policy_dir) / "registered.json").read_text())
+    policy = read_json(Path(policy_dir) / "registered.json", "run train_grpo first")
     results, all_replies, run_ids = {}, [], {}
     git = {**registry.git_state(), **registry.dvc_experiment_tags()}
     for label, adapter in (("base", None), ("grpo", policy_dir)):

@@ -15,7 +15,6 @@ MLflow run per condition (comparable in `mlflow ui`), and a DVC metrics file.
 from __future__ import annotations
 
 from collections import Counter
-import json
 from pathlib import Path
 from statistics import fmean
 
@@ -27,7 +26,7 @@ from mascot.annotate.rubric import SCORE_CHOICES
 from mascot.annotate.score import resolve_prompt_style, score_units
 from mascot.data.personas import load_personas
 from mascot.granularity import BLOCK, REPLY
-from mascot.io import InputError, columns_of, load_jsonl, write_json, write_jsonl
+from mascot.io import InputError, columns_of, load_jsonl, read_json, write_json, write_jsonl
 from mascot.llm.factory import make_backend
 from mascot.policy.evaluate import load_policy
 from mascot.splits import conversation_of, held_out
@@ -238,7 +237,7 @@ def log_condition(params, experiment_id: str, run_name: str, tags: dict, queries
 
 
 def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
-         director_dir: str = "models/director", metrics_path: str = "metrics/evaluate_group.json",
+         director_dir: str = "models/director", metrics_path: str = "reports/figures/evaluate_group.json",
          out_path: str = "reports/evaluate_group_conversations.jsonl") -> None:
     from mascot import registry
     from mascot.reward.scorer import RewardScorer
@@ -252,13 +251,13 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     queries = heldout_conversations(all_queries, load_jsonl(episodes_path), params.heldout, p.max_queries)
     by_q = {q["query_id"]: q for q in all_queries}
     rm_name, alias = params.train_group_rm.registered_model, d.reward_alias
-    rm_version = registry.check_recorded_champion(rm_name, alias, "metrics/promote_group.json", "evaluate_group",
-                                                  "promote_group")
+    rm_version, alias = registry.check_recorded_champion(rm_name, alias, "reports/figures/promote_group.json", "evaluate_group",
+                                                         "promote_group")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     judge = make_judge(params)
     style = resolve_prompt_style(params.score)
-    director_version = json.loads((Path(director_dir) / "registered.json").read_text())
+    director_version = read_json(Path(director_dir) / "registered.json", "run train_director first")
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
     git = {**registry.git_state(), **registry.dvc_experiment_tags()}
     directors = build_directors(params, personas, director_dir)

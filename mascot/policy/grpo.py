@@ -89,19 +89,20 @@ def base_policy_calibration(p: GRPOParams, rows: list[dict], scorer, personas: d
 
 
 def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
-         out_dir: str = "models/policy", metrics_path: str = "metrics/train_grpo.json",
+         out_dir: str = "models/policy", metrics_path: str = "reports/figures/train_grpo.json",
          plots_path: str = "plots/train_grpo/rewards.csv", watch_plot: str = "plots/train_grpo/watch.csv") -> None:
     p: GRPOParams = params.grpo
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
     registry.setup_tracking(params)
     rm_name = params.train_rm.registered_model
-    registry.check_recorded_champion(rm_name, p.reward_alias, "metrics/promote.json", "train_grpo", "promote")
-    rm_version, rm_uri, scorer = champion_scorer(rm_name, p.reward_alias, "train_grpo", "promote")
+    _, rm_alias = registry.check_recorded_champion(rm_name, p.reward_alias, "reports/figures/promote.json", "train_grpo",
+                                                   "promote")
+    rm_version, rm_uri, scorer = champion_scorer(rm_name, rm_alias, "train_grpo", "promote")
     personas = load_personas(params.prepare.personas_file)
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
     rows = grpo_prompts(queries, load_jsonl(pairs_path), personas, p)
     tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
-            "reward_model_alias": p.reward_alias, "reward_model_uri": rm_uri,
+            "reward_model_alias": rm_alias, "reward_model_uri": rm_uri,
             "personas": ",".join(sorted({r["persona"] for r in rows})), "base_model": p.base_model,
             "rubric_aggregate": REPLY.rubric(params).aggregation,
             **registry.base_model_tags(p.base_model)}

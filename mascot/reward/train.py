@@ -208,7 +208,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
 
 
 def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/reward",
-         metrics_path: str = "metrics/train_rm.json", plots_dir: str = "plots/train_rm",
+         metrics_path: str = "reports/figures/train_rm.json", plots_dir: str = "plots/train_rm",
          reference_path: str | None = "data/judge_check/reference.jsonl", granularity: str = "reply") -> None:
     import mlflow
 
@@ -218,7 +218,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     registry.setup_tracking(params)
     pairs, personas = load_jsonl(pairs_path), load_personas(params.prepare.personas_file)
     # what shapes the run: a rerun with all of it the same resumes from the last checkpoint, anything else starts over
-    ckpt = checkpoints.checkpoint_dir(stage, params.model_dump(), registry.file_md5(pairs_path), granularity,
+    ckpt = checkpoints.checkpoint_dir(stage, checkpoints.params_key(params), registry.file_md5(pairs_path), granularity,
                                       folder_digest(p.base_model), world_size())
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
         train_reward_model(pairs, personas, p, Path(out_dir), ckpt, None, granularity)
@@ -296,7 +296,7 @@ def describe_training(stage: str, metrics: dict, g: Granularity, version, with_r
 
 def main_group(params) -> None:
     """Stage 2: the group reward model on block pairs, registered as `train_group_rm.registered_model`."""
-    main(params, "data/group/pairs.jsonl", "models/group_reward", "metrics/train_group_rm.json", "plots/train_group_rm",
+    main(params, "data/group/pairs.jsonl", "models/group_reward", "reports/figures/train_group_rm.json", "plots/train_group_rm",
          reference_path="data/judge_check_group/reference.jsonl", granularity="block")
 
 

@@ -1,12 +1,11 @@
 """The `validate` stage: the data gate before any training."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 import sys
 
 from mascot.granularity import GRANULARITIES
-from mascot.io import load_jsonl, write_json, write_jsonl
+from mascot.io import load_jsonl, read_json, write_json, write_jsonl
 from mascot.splits import split_counts
 from mascot.validate.gate import (chance_warning, html_report, human_warning, judge_accuracy_failures, summary,
                                   validate_data)
@@ -67,7 +66,7 @@ def main(params, candidates_path: str | None = None, scores_path: str | None = N
     if not Path(judge_check_path).exists():
         raise FileNotFoundError(f"{judge_check_path}: no judge_check figures for the {g.rubric(params).name} rubric; run "
                                 "its judge_check stage first (the gate never passes a judge it has not measured)")
-    judge_check = json.loads(Path(judge_check_path).read_text())
+    judge_check = read_json(judge_check_path)
     results, quarantine, judge_failed, warning, ok = gate(params, g, candidates, scores, pairs, judge_check, counts)
     report = Path(report_dir or g.files["reports"])
     write_json(metrics_path, {"success": ok, "failed": sum(not r["success"] for r in results),
