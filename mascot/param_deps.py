@@ -66,6 +66,18 @@ def interpolated(text: str, params: dict) -> str:
     return re.sub(r"\$\{([^}]+)\}", value, text)
 
 
+_MISSING = object()
+
+
+def _lookup(params: dict, key: str):
+    found = params
+    for part in key.split("."):
+        if not isinstance(found, dict) or part not in found:
+            return _MISSING
+        found = found[part]
+    return found
+
+
 def check_stage(stage: dict, record: dict, params: dict | None = None, name: str = "") -> dict:
     """{missing_params, unread_params, missing_files} of one dvc.yaml stage (named `name`) against its record."""
     listed = [str(p) for p in stage.get("params") or [] if isinstance(p, str)]
@@ -74,6 +86,8 @@ def check_stage(stage: dict, record: dict, params: dict | None = None, name: str
     outs = [str(next(iter(o)) if isinstance(o, dict) else o).rstrip("/")
             for kind in ("outs", "metrics", "plots") for o in stage.get(kind) or []]
     return {"missing_params": sorted(u for u in read if not any(covers(p, u) for p in listed)),
+            # DVC refuses a listed key that params.yaml lacks (a schema default never written there)
+            "not_in_params_yaml": sorted(p for p in listed if params is not None and _lookup(params, p) is _MISSING),
             "unread_params": sorted(p for p in listed if not any(covers(p, u) or covers(u, p) for u in read)),
             "missing_files": sorted(f for f in record["files"]
                                     if not any(covers_path(d, f) for d in deps + outs) and not f.startswith(".mascot/"))}
@@ -122,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for name, found in check(records).items():
         wrong = {k: v for k, v in found.items() if v}
-        bad += bool(wrong.get("missing_params") or wrong.get("missing_files"))
+        bad += bool(wrong.get("missing_params") or wrong.get("missing_files") or wrong.get("not_in_params_yaml"))
         print(f"{name}: " + ("ok" if not wrong else "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in wrong.items())))
     return 1 if bad else 0
 

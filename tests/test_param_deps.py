@@ -33,7 +33,7 @@ def test_a_stage_is_held_to_its_record():
     stage = {"params": ["train_rm.learning_rate", "train_rm.lora", "mlflow"], "deps": ["data/pairs.jsonl"],
              "outs": ["models/reward", "reports/figures/train_rm.json"]}
     found = param_deps.check_stage(stage, record)
-    assert found == {"missing_params": ["stats.min_n"], "unread_params": ["mlflow"],
+    assert found == {"missing_params": ["stats.min_n"], "not_in_params_yaml": [], "unread_params": ["mlflow"],
                      "missing_files": ["reports/figures/judge_check.json"]}
     # a whole block listed covers its keys
     assert not param_deps.check_stage({"params": ["train_rm", "stats"], "deps": ["data", "reports/figures"]},
