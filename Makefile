@@ -28,7 +28,7 @@ repro: setup
 # mascot-baseline. The repository itself commits no dvc.lock: another machine's bf16 or thread count gives other digits.
 baseline:
 	git add dvc.lock params.yaml
-	git commit -q -m "mascot baseline: dvc repro of this params.yaml" -- dvc.lock params.yaml
+	git diff --cached --quiet -- dvc.lock params.yaml || git commit -q -m "mascot baseline: dvc repro of this params.yaml" -- dvc.lock params.yaml
 	git tag -f mascot-baseline
 	@echo "baseline: commit $$(git rev-parse --short HEAD), tag mascot-baseline; compare with: dvc metrics diff mascot-baseline"
 

@@ -42,7 +42,7 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
                 "eval_length_baseline_accuracy", "reference_ref_gt_off_topic", "grpo_minus_base",
                 "valid_branches", "invalid_branches", "mean_fidelity", "std_group_coherence", "collective_total",
                 "per_reply_total", "speaker_usage", "minus_random_collective_total", "directive_format_last_step"):
-        assert any(key in json.loads((work / f"reports/figures/{stage}.json").read_text()) for stage in ALL_STAGES), key
+        assert any(f'"{key}"' in (work / f"reports/figures/{stage}.json").read_text() for stage in ALL_STAGES), key
     by_source = json.loads((work / "reports/figures/prepare.json").read_text())["queries_by_source"]
     assert set(by_source) == {"esconv", "qmsum"}, by_source  # the default corpus is the method's two
     pairs = [json.loads(line) for line in (work / "data/pairs.jsonl").read_text().splitlines()]
@@ -91,9 +91,13 @@ def test_dvc_yaml_declares_every_parameter_and_file_each_stage_reads(dvc_repo):
     records = reads.load(work / ".mascot" / "reads")
     assert set(records) == ALL_STAGES, sorted(ALL_STAGES - set(records))
     found = param_deps.check(records, work / "dvc.yaml")
-    wrong = {stage: f for stage, f in found.items() if any(f.values())}
-    assert not wrong, ("dvc.yaml and what the stages read differ (`python -m mascot.param_deps DIR --write` with "
-                       f"DIR a record of the chain):\n{json.dumps(wrong, indent=1)}")
+    # a key read and not listed leaves the stage stale without a word: that fails. A key listed and not read in this
+    # run is said, not failed: another run's branch may read it (the lists are the union of the records written)
+    print("listed, not read in this run:", {stage: f["unread_params"] for stage, f in found.items() if f["unread_params"]})
+    wrong = {stage: {k: v for k, v in f.items() if v and k != "unread_params"} for stage, f in found.items()}
+    wrong = {stage: f for stage, f in wrong.items() if f}
+    assert not wrong, ("dvc.yaml misses what the stages read (`python -m mascot.param_deps DIR --write` with DIR a "
+                       f"record of the chain):\n{json.dumps(wrong, indent=1)}")
     read = {stage: param_deps.stage_units(stage, rec["params"]) for stage, rec in records.items()}
     ry = YAML()
     original = (work / "params.yaml").read_text()
@@ -115,7 +119,13 @@ def test_dvc_yaml_declares_every_parameter_and_file_each_stage_reads(dvc_repo):
                      for k in (change.get("changed deps") or {}).get("params.yaml", {})}
              for stage, changes in status.items()}
     print("\n".join(f"{stage}: stale by {sorted(keys)}" for stage, keys in sorted(stale.items())))
-    assert {s: k for s, k in stale.items() if k} == {s: k for s, k in read.items() if k}
+    listed = {stage: {k for k in found_stage.get("params") or [] if isinstance(k, str)}
+              for stage, found_stage in YAML(typ="safe").load((work / "dvc.yaml").read_text())["stages"].items()}
+    # every stage is stale by exactly what dvc.yaml lists for it, and that covers everything it read
+    assert {s: k for s, k in stale.items() if k} == {s: k for s, k in listed.items() if k}
+    not_stale = {s: sorted(u for u in units if not any(param_deps.covers(k, u) for k in stale.get(s, ())))
+                 for s, units in read.items()}
+    assert not any(not_stale.values()), not_stale
 
 
 def test_registry_lineage_and_fresh_process_round_trip(dvc_repo):
@@ -250,7 +260,7 @@ def test_changing_margin_reruns_only_pairs_and_validate(dvc_repo):
         out = sh("dvc repro validate", work, env)  # the data half; the model half then follows the new pairs
         assert ran_stages(out) == {"pairs", "validate"}, out
         diff = sh("dvc metrics diff mascot-baseline --all", work, env)
-        assert "failed to load" not in diff and "reports/figures/pairs.json" in diff and "reports/figures/train_rm.json" in diff, diff
+        assert "failed to load" not in diff and "metrics/pairs.json" in diff and "metrics/train_rm.json" in diff, diff
         assert "pairs.score_margin" in sh("dvc params diff mascot-baseline", work, env)
     finally:  # leave the shared repo as it was found (other modules use it): DVC's run cache restores the old outputs
         (work / "params.yaml").write_text(original)

@@ -22,7 +22,8 @@ from mascot.registry import setup_tracking
 setup_tracking(load_params())
 c = MlflowClient()
 runs = c.search_runs([c.get_experiment_by_name("mascot-reward-model").experiment_id])
-versions = c.search_model_versions("name='mascot-persona-rm'")
+# search_model_versions leaves aliases empty: each version is read on its own
+versions = [c.get_model_version("mascot-persona-rm", v.version) for v in c.search_model_versions("name='mascot-persona-rm'")]
 evals = c.search_runs([e.experiment_id for e in c.search_experiments()], "tags.evaluation = 'true'",
                       order_by=["attributes.start_time DESC"])
 print(json.dumps({
@@ -47,7 +48,7 @@ def test_queued_experiments_are_isolated_and_one_is_promoted_after(dvc_repo, tmp
     repo = tmp_path / "repo"
     shutil.copytree(work, repo, symlinks=True)
     env = {**env, "MASCOT_RESUME_DIR": str(repo / ".mascot/resume")}
-    sh("git add -A && git -c user.email=m@m -c user.name=mascot commit -qm 'pipeline ran'", repo, env)
+    sh("git add -A && git -c user.email=m@m -c user.name=mascot commit --allow-empty -qm 'pipeline ran'", repo, env)
     before = _listing(repo, env)
     # a checkpoint interval changes nothing learned (seeded): that experiment trains the workspace's model again, which
     # the gate must pass (a tie with the champion on the same eval pairs), so the promotion after the sweep is sure
