@@ -78,9 +78,14 @@ def _lookup(params: dict, key: str):
     return found
 
 
+def listed_params(stage: dict) -> list[str]:
+    """The params.yaml keys a dvc.yaml stage lists (entries naming another params file are not ours)."""
+    return [str(p) for p in stage.get("params") or [] if isinstance(p, str)]
+
+
 def check_stage(stage: dict, record: dict, params: dict | None = None, name: str = "") -> dict:
     """{missing_params, unread_params, missing_files} of one dvc.yaml stage (named `name`) against its record."""
-    listed = [str(p) for p in stage.get("params") or [] if isinstance(p, str)]
+    listed = listed_params(stage)
     read = stage_units(name, record["params"])
     deps = [interpolated(str(d), params or {}).rstrip("/") for d in stage.get("deps") or []]
     outs = [str(next(iter(o)) if isinstance(o, dict) else o).rstrip("/")

@@ -119,7 +119,7 @@ def test_dvc_yaml_declares_every_parameter_and_file_each_stage_reads(dvc_repo):
                      for k in (change.get("changed deps") or {}).get("params.yaml", {})}
              for stage, changes in status.items()}
     print("\n".join(f"{stage}: stale by {sorted(keys)}" for stage, keys in sorted(stale.items())))
-    listed = {stage: {k for k in found_stage.get("params") or [] if isinstance(k, str)}
+    listed = {stage: set(param_deps.listed_params(found_stage))
               for stage, found_stage in YAML(typ="safe").load((work / "dvc.yaml").read_text())["stages"].items()}
     # every stage is stale by exactly what dvc.yaml lists for it, and that covers everything it read
     assert {s: k for s, k in stale.items() if k} == {s: k for s, k in listed.items() if k}
