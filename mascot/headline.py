@@ -11,35 +11,45 @@ from pathlib import Path
 
 from mascot.io import read_json, write_json
 
-# stage -> dotted paths into its figures; a path missing from a run (a figure that run did not measure) is left out
-HEADLINE: dict[str, tuple[str, ...]] = {
-    "base_model": ("seconds",),
-    "small_model": ("seconds",),
-    "prepare": ("queries", "heldout_queries"),
-    "human_set": ("pairs", "length_baseline.mean"),
-    "generate": ("candidates", "mean_reply_words"),
-    "judge_check": ("ref_gt_off_topic", "human_pairs", "human_pairs_ci_low", "human_pairs_n", "human_length_baseline"),
-    "score": ("scored", "unscored"),
-    "pairs": ("pairs", "eval_pairs", "chosen_longer_fraction"),
-    "validate": ("success",),
-    "train_rm": ("eval_accuracy", "eval_accuracy_ci_low", "eval_accuracy_ci_high", "eval_pairs",
-                 "eval_length_baseline_accuracy", "eval_accuracy_equal_length", "human_pairs", "human_pairs_n"),
-    "promote": ("promoted",),
-    "train_grpo": ("watch_judge_change", "watch_judge_change_ci_low", "watch_judge_equal_length_change",
-                   "watch_length_change", "watch_n"),
-    "evaluate": ("grpo_minus_base.judge_total.diff", "grpo_minus_base.judge_total.ci_low",
-                 "grpo_minus_base.judge_total.ci_high", "grpo_minus_base.judge_total.n",
-                 "grpo_minus_base.judge_total.equal_length.mean", "grpo_minus_base.reply_words.diff"),
-    "episodes": ("valid_branches", "directive_parse_rate"),
-    "judge_check_group": ("ref_gt_echo", "ref_gt_echo_n"),
-    "score_group": ("scored",),
-    "pairs_group": ("pairs",),
-    "validate_group": ("success",),
-    "train_group_rm": ("eval_accuracy", "eval_accuracy_ci_low", "eval_pairs", "eval_length_baseline_accuracy"),
-    "promote_group": ("promoted",),
-    "train_director": ("watch_judge_change", "directive_format_last_step"),
-    "evaluate_group": ("minus_random_collective_total.trained.diff", "minus_random_collective_total.trained.ci_low",
-                       "minus_random_collective_total.trained.n"),
+# stage -> {name shown: dotted path into its figures}; a path missing from a run (a figure that run did not measure) is
+# left out. Names are unique across the pipeline: `dvc exp show` then heads a column with the bare name instead of
+# "metrics/<stage>.json:<name>", which is what lets `--only-changed` after a sweep fit a 200-column terminal.
+HEADLINE: dict[str, dict[str, str]] = {
+    "base_model": {"base_model_seconds": "seconds"},
+    "small_model": {"small_model_seconds": "seconds"},
+    "prepare": {"queries": "queries", "heldout_queries": "heldout_queries"},
+    "human_set": {"human_pairs": "pairs", "human_longer_wins": "length_baseline.mean"},
+    "generate": {"candidates": "candidates", "reply_words": "mean_reply_words"},
+    "judge_check": {"judge_vs_off_topic": "ref_gt_off_topic", "judge_human_acc": "human_pairs",
+                    "judge_human_low": "human_pairs_ci_low", "judge_human_n": "human_pairs_n",
+                    "judge_human_longer_wins": "human_length_baseline"},
+    "score": {"scored": "scored", "unscored": "unscored"},
+    "pairs": {"pairs": "pairs", "eval_pairs": "eval_pairs", "chosen_longer": "chosen_longer_fraction"},
+    "validate": {"data_valid": "success"},
+    "train_rm": {"rm_acc": "eval_accuracy", "rm_acc_low": "eval_accuracy_ci_low", "rm_acc_high": "eval_accuracy_ci_high",
+                 "rm_eval_n": "eval_pairs", "rm_longer_wins": "eval_length_baseline_accuracy",
+                 "rm_acc_equal_len": "eval_accuracy_equal_length", "rm_human_acc": "human_pairs",
+                 "rm_human_n": "human_pairs_n"},
+    "promote": {"rm_promoted": "promoted"},
+    "train_grpo": {"watch_judge": "watch_judge_change", "watch_judge_low": "watch_judge_change_ci_low",
+                   "watch_judge_equal_len": "watch_judge_equal_length_change", "watch_words": "watch_length_change",
+                   "watch_n": "watch_n"},
+    "evaluate": {"grpo_gain": "grpo_minus_base.judge_total.diff", "grpo_gain_low": "grpo_minus_base.judge_total.ci_low",
+                 "grpo_gain_high": "grpo_minus_base.judge_total.ci_high", "grpo_gain_n": "grpo_minus_base.judge_total.n",
+                 "grpo_gain_equal_len": "grpo_minus_base.judge_total.equal_length.mean",
+                 "grpo_words": "grpo_minus_base.reply_words.diff"},
+    "episodes": {"valid_branches": "valid_branches", "directive_parse_rate": "directive_parse_rate"},
+    "judge_check_group": {"group_judge_vs_echo": "ref_gt_echo", "group_judge_n": "ref_gt_echo_n"},
+    "score_group": {"group_scored": "scored"},
+    "pairs_group": {"group_pairs": "pairs"},
+    "validate_group": {"group_data_valid": "success"},
+    "train_group_rm": {"group_rm_acc": "eval_accuracy", "group_rm_acc_low": "eval_accuracy_ci_low",
+                       "group_rm_eval_n": "eval_pairs", "group_rm_longer_wins": "eval_length_baseline_accuracy"},
+    "promote_group": {"group_rm_promoted": "promoted"},
+    "train_director": {"director_watch_judge": "watch_judge_change", "director_format": "directive_format_last_step"},
+    "evaluate_group": {"director_vs_random": "minus_random_collective_total.trained.diff",
+                       "director_vs_random_low": "minus_random_collective_total.trained.ci_low",
+                       "director_vs_random_n": "minus_random_collective_total.trained.n"},
 }
 
 
@@ -54,12 +64,12 @@ def _get(figures, path: str):
 
 
 def headline(stage: str, figures: dict) -> dict:
-    """The stage's headline numbers (and yes/no decisions) out of all its figures, keyed by their dotted paths."""
+    """The stage's headline numbers (and yes/no decisions) out of all its figures, under their headline names."""
     out = {}
-    for path in HEADLINE.get(stage, ()):
+    for name, path in HEADLINE.get(stage, {}).items():
         value = _get(figures, path)
         if isinstance(value, (bool, int, float)):
-            out[path] = value
+            out[name] = value
     return out
 
 

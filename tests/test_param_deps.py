@@ -2,10 +2,13 @@
 the headline figures a stage's metrics file keeps (mascot/headline.py). The chain's own record is checked in
 tests/test_pipeline_dvc.py."""
 import json
+from pathlib import Path
+
+import yaml
 
 from mascot import param_deps, reads
 from mascot.config import load_params
-from mascot.headline import headline
+from mascot.headline import HEADLINE, headline
 
 
 def test_reading_a_field_records_its_dotted_path_and_a_nested_block_is_declared_whole(tmp_path, monkeypatch):
@@ -43,6 +46,13 @@ def test_a_stage_is_held_to_its_record():
 def test_the_headline_keeps_numbers_and_decisions_only():
     figures = {"eval_accuracy": 0.8, "eval_accuracy_ci_low": 0.7, "eval_pairs": 40, "judge_model": "models/judge",
                "grpo_minus_base": {"judge_total": {"diff": 0.2, "n": 31}}, "ref_gt_off_topic.perceived_empathy": 0.9}
-    assert headline("train_rm", figures) == {"eval_accuracy": 0.8, "eval_accuracy_ci_low": 0.7, "eval_pairs": 40}
-    assert headline("evaluate", figures) == {"grpo_minus_base.judge_total.diff": 0.2, "grpo_minus_base.judge_total.n": 31}
-    assert json.dumps(headline("promote", {"promoted": False, "reason": "x"})) == '{"promoted": false}'
+    assert headline("train_rm", figures) == {"rm_acc": 0.8, "rm_acc_low": 0.7, "rm_eval_n": 40}
+    assert headline("evaluate", figures) == {"grpo_gain": 0.2, "grpo_gain_n": 31}
+    assert json.dumps(headline("promote", {"promoted": False, "reason": "x"})) == '{"rm_promoted": false}'
+
+
+def test_headline_names_are_unique_across_the_pipeline():
+    # DVC heads a column "metrics/<stage>.json:<name>" when two files share a name: the width `dvc exp show` fits in
+    names = [name for block in HEADLINE.values() for name in block]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert set(HEADLINE) == set(yaml.safe_load(Path("dvc.yaml").read_text())["stages"])

@@ -64,6 +64,15 @@ def test_queued_experiments_are_isolated_and_one_is_promoted_after(dvc_repo, tmp
     print(status)
     assert status.count("Success") == 2, status + sh("dvc queue logs same-model; dvc queue logs lr-high", repo, env,
                                                       check=False)
+    # what a person compares after the sweep: every changed figure and parameter, headed by its short name, in 200
+    # columns (the changed dependencies' hashes, e.g. models/reward, are what DVC folds into "…" when space runs out)
+    table = sh("dvc exp show --only-changed --no-pager", repo, {**env, "COLUMNS": "200"})
+    print(table)
+    changed = sh("dvc exp show --only-changed --csv", repo, env).splitlines()[0].split(",")
+    figures = [c for c in changed if c not in ("Experiment", "rev", "typ", "Created", "parent", "State", "Executor")
+               and "/" not in c]
+    assert "rm_acc" in figures and "train_rm.learning_rate" in figures, changed
+    assert max(map(len, table.splitlines())) <= 200 and all(c in table for c in figures), (figures, table)
     after = _listing(repo, env)
     print(f"registry before the queue: {before}\nafter it: {json.dumps(after, indent=1)}")
     new_runs = [r for r in after["runs"] if r not in before["runs"]]
