@@ -12,9 +12,9 @@ not longer) and on the held-out human pairs (raw, at equal length, not longer). 
 reports/length-levers-models/ keyed on their pairs and block: run it again to resume.
 
 `--grpo` copies the workdir once per setting (cp -a: its DVC cache, registry and models) and runs `dvc repro
-evaluate` there with the setting's params: the default, `grpo.length_calibration`, a KL term to the base policy
-(`beta`), TRL's `mask_truncated_completions`. For each: GRPO - base on the held-out probes in words, the judge's
-total raw and at equal length, the reward model's, and the watch's verdict. Results land in
+evaluate` there with the setting's params: the default, `grpo.length_calibration` (fitted on the base policy, and
+within each group), a KL term to the base policy (`beta`), TRL's `mask_truncated_completions`. For each: GRPO -
+base on the held-out probes in words, the judge's total raw and at equal length, the reward model's, and the watch's verdict. Results land in
 reports/length_levers.json (relative to the workdir) as each is measured.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 GRPO_SETTINGS = {
     "default": {},
     "length_calibration": {"grpo": {"length_calibration": {"enabled": True}}},
+    "length_within_group": {"grpo": {"length_calibration": {"enabled": True, "method": "within_group"}}},
     "beta_0.04": {"grpo": {"beta": 0.04}},
     "mask_truncated": {"grpo": {"trainer_args": {"mask_truncated_completions": True}}},
 }

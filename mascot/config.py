@@ -462,10 +462,14 @@ class WatchParams(Block):
 
 
 class LengthCalibrationParams(Block):
-    """A post-hoc length calibration of the reward model's score in GRPO (mascot/policy/rewards.py): the base
-    policy answers `samples` training prompts before any update, a polynomial of `degree` in the reply's words
-    is fitted to the reward model's scores of those answers, and GRPO is paid the score minus that fit."""
+    """A length calibration of the reward model's score in GRPO (mascot/policy/rewards.py). `base_policy_fit`
+    (Huang et al., ICLR 2025): the base policy answers `samples` training prompts before any update, a polynomial
+    of `degree` in the reply's words is fitted to the reward model's scores of those answers, and GRPO is paid the
+    score minus that fit. `within_group`: each prompt's group of completions has its own least-squares slope of
+    score on words taken off, so no completion gains advantage by its words within its group (no fit to go stale
+    as the policy leaves the base policy's lengths; `samples` and `degree` unused)."""
     enabled: bool = False
+    method: Literal["base_policy_fit", "within_group"] = "base_policy_fit"
     samples: int = Field(32, ge=4)
     degree: int = Field(1, ge=1, le=3)
 

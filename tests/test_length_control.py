@@ -136,3 +136,35 @@ def test_evaluate_reports_the_planted_features_rate_with_the_length_control():
     d = paired_differences(base, grpo, (), 10, feature="[0-9]")
     assert d["planted_feature"]["base"] == 0.0 and d["planted_feature"]["grpo"] == round(8 / 12, 4)
     assert d["planted_feature"]["ci_low"] > 0 and d["planted_feature"]["equal_length"]["mean"] == round(8 / 12, 4)
+
+
+def test_within_group_the_reward_model_pays_no_word_and_keeps_the_feature():
+    from mascot.policy.rewards import WithinGroupLength
+
+    # a reward model that pays a digit 1.0 and each word 0.5 past 5 words only (flat where the base policy writes,
+    # steep beyond it: the shape a fit on base samples misses); two prompts, 8 completions each
+    def reward_model(prompts, completions, **_):
+        return [float(any(ch.isdigit() for ch in c)) + 0.5 * max(0, len(c.split()) - 5) for c in completions]
+    texts = ["a", "a b 7", "a b c d e f g", "a b c d e f g h 9", "x y", "x y z 1 w v u t s", "q", "7"]
+    prompts = ["p1"] * 8 + [[{"role": "user", "content": "p2"}]] * 8
+    completions = texts + texts[::-1]
+    adjusted = WithinGroupLength(reward_model)
+    assert adjusted.__name__ == "reward_model"
+    out = np.asarray(adjusted(prompts=prompts, completions=completions))
+    raw = np.asarray(reward_model(prompts, completions))
+    words = np.asarray([len(c.split()) for c in completions], dtype=float)
+    digit = np.asarray([any(ch.isdigit() for ch in c) for c in completions], dtype=float)
+    for g in (slice(0, 8), slice(8, 16)):
+        assert abs(np.corrcoef(out[g], words[g])[0, 1]) < 1e-6  # no word pays within a group
+        assert abs(out[g].mean() - raw[g].mean()) < 1e-9  # the group's level kept
+        # what is left is the feature: a digit reply above a plain one of its group at every length, on average
+        assert out[g][digit[g] == 1].mean() > out[g][digit[g] == 0].mean()
+    figures = adjusted.figures()
+    assert figures["length_within_group_groups"] == 2 and figures["length_within_group_slope_per_word"] > 0
+
+
+def test_within_group_leaves_a_group_of_one_length_alone():
+    from mascot.policy.rewards import within_group_length_removed
+
+    out, slopes = within_group_length_removed([1.0, 2.0, 3.0, 4.0], [3, 3, 3, 3], [[0, 1, 2, 3]])
+    assert out == [1.0, 2.0, 3.0, 4.0] and slopes == []

@@ -127,3 +127,51 @@ def length_calibrated(reward, calibration: LengthCalibration):
         return calibration.adjust(raw, [len(reply_text(c).split()) for c in completions])
     calibrated.__name__ = getattr(reward, "__name__", "reward_model")
     return calibrated
+
+
+def within_group_length_removed(scores: list[float], words: list[float], groups: list[list[int]]) -> tuple[list[float], list[float]]:
+    """Each group's (one prompt's completions) least-squares slope of score on words taken off its scores about the
+    group's mean length: within a group the adjusted scores no longer rise with length, so GRPO's group-relative
+    advantage cannot pay a longer reply for its words, whatever shape the reward model's taste for length has
+    outside the lengths the base policy wrote. The group's mean score is kept. Returns the scores and each group's
+    slope (groups of fewer than 3 or of one length are left as they are)."""
+    out, slopes = [float(s) for s in scores], []
+    for idx in groups:
+        w = np.asarray([words[i] for i in idx], dtype=float)
+        if len(idx) < 3 or np.ptp(w) == 0:
+            continue
+        s = np.asarray([scores[i] for i in idx], dtype=float)
+        slope = float(((w - w.mean()) * (s - s.mean())).sum() / ((w - w.mean()) ** 2).sum())
+        slopes.append(slope)
+        for i, wi in zip(idx, w):
+            out[i] = float(scores[i]) - slope * (wi - w.mean())
+    return out, slopes
+
+
+class WithinGroupLength:
+    """`reward` (a TRL reward function) with each prompt group's length slope removed (within_group_length_removed);
+    the slopes it removed are kept for the stage's figures. Completions of one prompt form a group (TRL repeats a
+    prompt num_generations times in a batch)."""
+
+    def __init__(self, reward):
+        self.reward, self.slopes = reward, []
+        self.__name__ = getattr(reward, "__name__", "reward_model")
+
+    def __call__(self, prompts, completions, **columns) -> list[float]:
+        raw = self.reward(prompts=prompts, completions=completions, **columns)
+        keyed: dict[str, list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            keyed.setdefault(prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True), []).append(i)
+        adjusted, slopes = within_group_length_removed(raw, [len(reply_text(c).split()) for c in completions],
+                                                       list(keyed.values()))
+        self.slopes.extend(slopes)
+        return adjusted
+
+    def figures(self) -> dict:
+        """The reward model's pay per word inside a group, as GRPO would have seen it: mean over the groups and
+        over the first and last quarter of them (a slope that grows is a policy moving where length pays)."""
+        s, q = self.slopes, max(1, len(self.slopes) // 4)
+        mean = (lambda xs: round(float(np.mean(xs)), 6) if xs else None)
+        return {"length_within_group_groups": len(s), "length_within_group_slope_per_word": mean(s),
+                "length_within_group_slope_first_quarter": mean(s[:q]),
+                "length_within_group_slope_last_quarter": mean(s[-q:])}
