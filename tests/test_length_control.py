@@ -60,7 +60,7 @@ def test_too_few_items_says_so():
 
 
 def test_the_calibration_takes_off_what_a_word_bought_the_base_policy():
-    from mascot.policy.rewards import LengthCalibration, length_calibrated
+    from mascot.policy.rewards import LengthCalibrated, LengthCalibration
 
     rng = np.random.default_rng(0)
     words = rng.integers(5, 30, 64).astype(float)
@@ -75,8 +75,8 @@ def test_the_calibration_takes_off_what_a_word_bought_the_base_policy():
 
     def reward_model(prompts, completions, **_):
         return [0.1 * len(c.split()) for c in completions]
-    calibrated = length_calibrated(reward_model, cal)
-    assert calibrated.__name__ == "reward_model"
+    calibrated = LengthCalibrated(reward_model, cal)
+    assert calibrated.__name__ == "reward_model" and calibrated.figures() == cal.figures()
     short, long = calibrated(prompts=["p", "p"], completions=["a b c", " ".join(["w"] * 25)])
     assert abs(short - long) < 0.2  # the same reply quality at two lengths: the same pay, near enough
 

@@ -18,7 +18,7 @@ from mascot.granularity import REPLY, persona_fields
 from mascot.io import InputError, load_jsonl
 from mascot.launch import is_main_process
 from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
-from mascot.policy.rewards import (LengthCalibration, WithinGroupLength, first_line, length_calibrated,
+from mascot.policy.rewards import (LengthCalibrated, LengthCalibration, WithinGroupLength, first_line,
                                    make_format_reward, make_reward_model_reward, stop_token_ids)
 from mascot.policy.watch import JudgeMemo, Watch, answers_and_kl, greedy_answers
 from mascot.precision import load_causal_lm
@@ -110,22 +110,20 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
                            "frac_reward_zero_std", "completions/clipped_ratio"],
               str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
     reward_model = make_reward_model_reward(scorer, personas)
-    calibration_figures = None
+    calibrated = None  # a lever against length: its figures() go to the stage's metrics after training
     if p.length_calibration.enabled and p.length_calibration.method == "within_group":
-        reward_model = within_group = WithinGroupLength(reward_model)
+        reward_model = calibrated = WithinGroupLength(reward_model)
         print("train_grpo: length calibration within each prompt's group: GRPO is paid the reward model's score "
               "less the group's own slope on words")
-        calibration_figures = within_group.figures  # read after training: the slopes it removed
     elif p.length_calibration.enabled:
         calibration = base_policy_calibration(p, rows, scorer, personas)
-        reward_model = length_calibrated(reward_model, calibration)
+        reward_model = calibrated = LengthCalibrated(reward_model, calibration)
         fitted = calibration.figures()
         tags.update({k: str(v) for k, v in fitted.items()})
         print(f"train_grpo: length calibration on {calibration.n} base-policy answers "
               f"({calibration.low:g}-{calibration.high:g} words): the reward model paid "
               f"{fitted['length_calibration_slope_per_word']:+.4g} a word (R^2 {calibration.r2:.3f}); "
               "GRPO is paid the score less that fit")
-        calibration_figures = lambda: fitted  # noqa: E731
     judge = None
     if p.watch.enabled and is_main_process():
         judge = make_judge(params)
@@ -136,7 +134,7 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
             [reward_model, make_format_reward(stop_token_ids(p.base_model))],
             [p.reward_weight, p.format_weight], tags, out_dir, metrics_path, series, watch=watch,
             watch_plot=watch_plot, inputs=[(pairs_path, "train")],
-            extra_metrics=(lambda history: calibration_figures()) if calibration_figures else None)
+            extra_metrics=(lambda history: calibrated.figures()) if calibrated is not None else None)
         metrics, version = run_policy_stage(params, stage, rows)
     finally:
         if judge is not None:

@@ -119,14 +119,25 @@ class LengthCalibration:
                 "length_calibration_words_mean": round(self.reference, 2)}
 
 
-def length_calibrated(reward, calibration: LengthCalibration):
+def reply_words(completions) -> list[int]:
+    """Each completion's reply in words: the unit every length lever here fits and removes."""
+    return [len(reply_text(c).split()) for c in completions]
+
+
+class LengthCalibrated:
     """`reward` (a TRL reward function over completions) with the calibration's length bias taken off each score;
     the same name, so its curves keep their keys."""
-    def calibrated(prompts, completions, **columns) -> list[float]:
-        raw = reward(prompts=prompts, completions=completions, **columns)
-        return calibration.adjust(raw, [len(reply_text(c).split()) for c in completions])
-    calibrated.__name__ = getattr(reward, "__name__", "reward_model")
-    return calibrated
+
+    def __init__(self, reward, calibration: LengthCalibration):
+        self.reward, self.calibration = reward, calibration
+        self.__name__ = getattr(reward, "__name__", "reward_model")
+
+    def __call__(self, prompts, completions, **columns) -> list[float]:
+        raw = self.reward(prompts=prompts, completions=completions, **columns)
+        return self.calibration.adjust(raw, reply_words(completions))
+
+    def figures(self) -> dict:
+        return self.calibration.figures()
 
 
 def within_group_length_removed(scores: list[float], words: list[float], groups: list[list[int]]) -> tuple[list[float], list[float]]:
@@ -162,8 +173,7 @@ class WithinGroupLength:
         keyed: dict[str, list[int]] = {}
         for i, prompt in enumerate(prompts):
             keyed.setdefault(prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True), []).append(i)
-        adjusted, slopes = within_group_length_removed(raw, [len(reply_text(c).split()) for c in completions],
-                                                       list(keyed.values()))
+        adjusted, slopes = within_group_length_removed(raw, reply_words(completions), list(keyed.values()))
         self.slopes.extend(slopes)
         return adjusted
 
