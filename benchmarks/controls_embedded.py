@@ -1,13 +1,16 @@
 """The controls (docs/controls.md) on the embedded models: Qwen2.5-Coder-0.5B-Instruct as the speaker and the GRPO
 policy, Gemma-3-270m as the reward model's base, through the real chain (DVC, TRL, PEFT, MLflow), in fresh copies.
 
-    python benchmarks/controls_embedded.py [--workdir /tmp/controls-embedded] [--kinds positive,negative]
+    python benchmarks/controls_embedded.py [--workdir /tmp/controls-embedded] [--kinds positive,negative,length]
 
 The positive control's planted feature here is a question to the seeker ("?" in the reply): the instruct speaker
 asks one sometimes, not always (a digit, the tiny models' feature, it almost never writes). The negative is seeded
 noise. Each control runs `mascot profile controls control-<kind>` over the CPU default plus the sizes below (the
 embedded models cost minutes where the tiny ones cost seconds), then: positive to `evaluate`; negative to
-`promote` (which must refuse), then GRPO against it with the gate off (the watch must not say `improving`).
+`promote` (which must refuse), then GRPO against it with the gate off (the watch must not say `improving`); length
+(`control-length`: the judge pays the question and every word) to `promote`, then GRPO and `evaluate` once per
+setting of LENGTH_LEVERS against the same reward model (levers off: the policy must grow and the gain be called
+length; levers on: the question's rate must rise, the length must not).
 A second call in the same WORKDIR resumes (DVC skips the stages that are done). Prints one Markdown table (docs/results.md "Controls on the embedded models") and writes WORKDIR/controls.json.
 """
 from __future__ import annotations
@@ -47,7 +50,17 @@ EMBEDDED = {
 QUESTION = r"\?"  # the positive control's feature on the embedded speaker: it asks the seeker a question
 # quoted: ruamel writes a bare \? into a flow mapping, which it cannot read back
 FEATURE = {"positive": {"score": {"scorer": {"kwargs": {"pattern": DoubleQuotedScalarString(QUESTION)}}}},
-           "negative": {}}
+           "negative": {},
+           # a question +1, a word +0.05: the speaker's replies run about 10-40 words, so 20 words pay what the
+           # question pays and pairs at margin 0.5 are decided by either (neither by almost all)
+           "length": {"score": {"scorer": {"kwargs": {"pattern": DoubleQuotedScalarString(QUESTION),
+                                                      "feature": 1.0, "per_word": 0.05}}}}}
+# the length control's GRPO settings, each run against the same promoted reward model
+LENGTH_LEVERS = {
+    "off": {"grpo": {"length_calibration": {"enabled": False}}},
+    "base_policy_fit": {"grpo": {"length_calibration": {"enabled": True, "method": "base_policy_fit"}}},
+    "within_group": {"grpo": {"length_calibration": {"enabled": True, "method": "within_group"}}},
+}
 GATE_OFF = {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point",
                         "max_null_p": None}}
 
@@ -83,7 +96,8 @@ def feature_rates(work: Path, pattern: str) -> dict:
     return out
 
 
-def control(kind: str, root: Path) -> dict:
+def prepared_copy(kind: str, root: Path) -> tuple[Path, dict]:
+    """WORKDIR/KIND with the control's params: a fresh pipeline copy, or the one a run before left."""
     from benchmarks.pipeline_copy import fresh_pipeline_copy, pipeline_env
 
     work = root / kind
@@ -94,6 +108,58 @@ def control(kind: str, root: Path) -> dict:
         env = fresh_pipeline_copy(ROOT, work, TOKENIZERS_PARALLELISM="false")
     run(f"mascot profile controls control-{kind}", work, env)
     merge_params(work, {**EMBEDDED, **FEATURE[kind]})
+    return work, env
+
+
+def length_control(root: Path) -> dict:
+    """The length control: one chain to `promote`, then GRPO and `evaluate` per lever setting, each's figures kept
+    under WORKDIR/length/levers/NAME (a setting already there is not run again)."""
+    work, env = prepared_copy("length", root)
+    seconds = {"to_promote": run("dvc repro promote", work, env)}
+    rm, promote = metrics(work, "train_rm"), metrics(work, "promote")
+    levers = {}
+    for name, blocks in LENGTH_LEVERS.items():
+        kept = work / "levers" / name
+        if not (kept / "evaluate.json").exists():
+            merge_params(work, {**blocks, **FEATURE["length"]})  # the pattern quoted again: ruamel writes it bare
+            seconds[name] = run("dvc repro evaluate", work, env)
+            kept.mkdir(parents=True, exist_ok=True)
+            for stage in ("train_grpo", "evaluate"):
+                (kept / f"{stage}.json").write_text((work / "reports/figures" / f"{stage}.json").read_text())
+        levers[name] = lever_row(kept)
+    return {"kind": "length", "seconds": {k: round(v) for k, v in seconds.items()},
+            "pairs": metrics(work, "pairs").get("pairs"), "train_pairs": rm.get("train_pairs"),
+            "eval_pairs": rm.get("eval_pairs"), "rm_accuracy": rm.get("eval_accuracy"),
+            "rm_ci": [rm.get("eval_accuracy_ci_low"), rm.get("eval_accuracy_ci_high")],
+            "rm_length_baseline": rm.get("eval_length_baseline_accuracy"),
+            "rm_equal_length": rm.get("eval_accuracy_equal_length"),
+            "rm_length_pearson": rm.get("eval_score_length_pearson"),
+            "chosen_longer": rm.get("pairs_chosen_longer_fraction"),
+            "promoted": promote.get("promoted"), "promote_reason": promote.get("reason"), "levers": levers}
+
+
+def lever_row(kept: Path) -> dict:
+    """One lever setting's GRPO - base figures: words, the question's rate, the judge raw and at equal length."""
+    evaluate = json.loads((kept / "evaluate.json").read_text())
+    grpo = json.loads((kept / "train_grpo.json").read_text())
+    diffs = evaluate["grpo_minus_base"]
+
+    def interval(name: str) -> dict:
+        d = diffs.get(name, {})
+        return {k: d.get(k) for k in ("diff", "ci_low", "ci_high", "n")}
+
+    eq = diffs["judge_total"].get("equal_length", {})
+    return {"words": interval("reply_words"), "feature": interval("planted_feature"),
+            "judge": interval("judge_total"),
+            "judge_equal_length": {k: eq.get(k) for k in ("mean", "ci_low", "ci_high", "n", "extrapolated")},
+            "judge_gain_is": evaluate.get("judge_gain_is"), "watch_verdict": grpo.get("watch_verdict"),
+            "calibration": {k: v for k, v in grpo.items() if k.startswith("length_")}}
+
+
+def control(kind: str, root: Path) -> dict:
+    if kind == "length":
+        return length_control(root)
+    work, env = prepared_copy(kind, root)
     # seconds of every attempt, summed: a resumed run reports what the control cost in all
     spent_path = work / ".mascot/controls_seconds.json"
     spent = json.loads(spent_path.read_text()) if spent_path.exists() else {}
@@ -137,6 +203,20 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def length_table(result: dict) -> str:
+    def cell(d: dict, key: str = "diff") -> str:
+        return f"{d.get(key)} [{d.get('ci_low')}, {d.get('ci_high')}]"
+
+    lines = ["| GRPO levers | words | question rate | judge, raw | judge at equal length | `evaluate` says | watch |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in result["levers"].items():
+        eq = r["judge_equal_length"]
+        lines.append(f"| {name} | {cell(r['words'])} | {cell(r['feature'])} | {cell(r['judge'])}, n {r['judge']['n']} | "
+                     f"{cell(eq, 'mean')}{', extrapolated' if eq.get('extrapolated') else ''} | {r['judge_gain_is']} | "
+                     f"{r['watch_verdict']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/controls-embedded")
@@ -146,7 +226,13 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     results = [control(kind, root) for kind in args.kinds.split(",")]
     (root / "controls.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(table(results))
+    print(table([r for r in results if r["kind"] != "length"]))
+    for r in results:
+        if r["kind"] == "length":
+            print(f"\nlength control: reward model {r['rm_accuracy']} [{r['rm_ci'][0]}, {r['rm_ci'][1]}] on "
+                  f"{r['eval_pairs']} pairs, length baseline {r['rm_length_baseline']}, at equal length "
+                  f"{r['rm_equal_length']}, Pearson with words {r['rm_length_pearson']}; {r['promote_reason']}")
+            print(length_table(r))
 
 
 if __name__ == "__main__":
