@@ -111,6 +111,16 @@ def prepared_copy(kind: str, root: Path) -> tuple[Path, dict]:
     return work, env
 
 
+def seconds_in_all(work: Path, seconds: dict) -> dict:
+    """This call's seconds added to every earlier attempt's: a resumed run reports what the control cost in all."""
+    spent_path = work / ".mascot/controls_seconds.json"
+    spent = json.loads(spent_path.read_text()) if spent_path.exists() else {}
+    spent = {k: spent.get(k, 0) + seconds.get(k, 0) for k in {*spent, *seconds}}
+    spent_path.parent.mkdir(parents=True, exist_ok=True)
+    spent_path.write_text(json.dumps(spent) + "\n")
+    return spent
+
+
 def length_control(root: Path) -> dict:
     """The length control: one chain to `promote`, then GRPO and `evaluate` per lever setting, each's figures kept
     under WORKDIR/length/levers/NAME (a setting already there is not run again)."""
@@ -127,6 +137,7 @@ def length_control(root: Path) -> dict:
             for stage in ("train_grpo", "evaluate"):
                 (kept / f"{stage}.json").write_text((work / "reports/figures" / f"{stage}.json").read_text())
         levers[name] = lever_row(kept)
+    seconds = seconds_in_all(work, seconds)
     return {"kind": "length", "seconds": {k: round(v) for k, v in seconds.items()},
             "pairs": metrics(work, "pairs").get("pairs"), "train_pairs": rm.get("train_pairs"),
             "eval_pairs": rm.get("eval_pairs"), "rm_accuracy": rm.get("eval_accuracy"),
@@ -160,19 +171,13 @@ def control(kind: str, root: Path) -> dict:
     if kind == "length":
         return length_control(root)
     work, env = prepared_copy(kind, root)
-    # seconds of every attempt, summed: a resumed run reports what the control cost in all
-    spent_path = work / ".mascot/controls_seconds.json"
-    spent = json.loads(spent_path.read_text()) if spent_path.exists() else {}
     seconds = {"to_promote" if kind == "negative" else "to_evaluate":
                run("dvc repro promote" if kind == "negative" else "dvc repro evaluate", work, env)}
     promote = metrics(work, "promote")  # the decision at the control's own gate
     if kind == "negative":
         merge_params(work, GATE_OFF)
         seconds["grpo_gate_off"] = run("dvc repro train_grpo", work, env)
-    spent = {k: spent.get(k, 0) + seconds.get(k, 0) for k in {*spent, *seconds}}
-    spent_path.parent.mkdir(parents=True, exist_ok=True)
-    spent_path.write_text(json.dumps(spent) + "\n")
-    seconds = spent
+    seconds = seconds_in_all(work, seconds)
     rm, grpo, evaluate = (metrics(work, n) for n in ("train_rm", "train_grpo", "evaluate"))
     judge = evaluate.get("grpo_minus_base", {}).get("judge_total", {})
     return {"kind": kind, "seconds": {k: round(v) for k, v in seconds.items()},
@@ -226,7 +231,8 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     results = [control(kind, root) for kind in args.kinds.split(",")]
     (root / "controls.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(table([r for r in results if r["kind"] != "length"]))
+    if any(r["kind"] != "length" for r in results):
+        print(table([r for r in results if r["kind"] != "length"]))
     for r in results:
         if r["kind"] == "length":
             print(f"\nlength control: reward model {r['rm_accuracy']} [{r['rm_ci'][0]}, {r['rm_ci'][1]}] on "
