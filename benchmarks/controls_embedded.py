@@ -23,8 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -48,12 +46,11 @@ EMBEDDED = {
     "evaluate": {"max_queries": 20, "max_tokens": 48, "temperature": 1.0},
 }
 QUESTION = r"\?"  # the positive control's feature on the embedded speaker: it asks the seeker a question
-# quoted: ruamel writes a bare \? into a flow mapping, which it cannot read back
-FEATURE = {"positive": {"score": {"scorer": {"kwargs": {"pattern": DoubleQuotedScalarString(QUESTION)}}}},
+FEATURE = {"positive": {"score": {"scorer": {"kwargs": {"pattern": QUESTION}}}},
            "negative": {},
            # a question +1, a word +0.05: the speaker's replies run about 10-40 words, so 20 words pay what the
            # question pays and pairs at margin 0.5 are decided by either (neither by almost all)
-           "length": {"score": {"scorer": {"kwargs": {"pattern": DoubleQuotedScalarString(QUESTION),
+           "length": {"score": {"scorer": {"kwargs": {"pattern": QUESTION,
                                                       "feature": 1.0, "per_word": 0.05}}}}}
 # the length control's GRPO settings, each run against the same promoted reward model
 LENGTH_LEVERS = {
@@ -131,7 +128,7 @@ def length_control(root: Path) -> dict:
     for name, blocks in LENGTH_LEVERS.items():
         kept = work / "levers" / name
         if not (kept / "evaluate.json").exists():
-            merge_params(work, {**blocks, **FEATURE["length"]})  # the pattern quoted again: ruamel writes it bare
+            merge_params(work, blocks)
             seconds[name] = run("dvc repro evaluate", work, env)
             kept.mkdir(parents=True, exist_ok=True)
             for stage in ("train_grpo", "evaluate"):

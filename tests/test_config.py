@@ -22,6 +22,29 @@ def test_shipped_params_and_profiles_validate(repo_root, tmp_path):
     assert "# Embedded CPU default" in (tmp_path / "real.yaml").read_text()  # comments kept
 
 
+def test_a_regex_survives_merges_one_after_another(repo_root, tmp_path):
+    """A pattern with YAML indicators, merged from a profile and then again with other blocks, reads back as
+    the stages read it; before, the second merge wrote "\\?" bare in a flow mapping and train_grpo failed."""
+    from mascot.profiles import apply_profile, merge_params
+
+    target = tmp_path / "params.yaml"
+    target.write_text((repo_root / "params.yaml").read_text())
+    (tmp_path / "regex.yaml").write_text(
+        'score: {scorer: {kind: function, target: "mascot.annotate.controls:planted_feature_and_length",\n'
+        '                 kwargs: {pattern: "\\\\?", feature: 1.0, per_word: 0.05}}}\n')
+    apply_profile("regex", target, tmp_path)
+    merge_params(target, {"grpo": {"length_calibration": {"enabled": True}}})
+    merge_params(target, {"grpo": {"length_calibration": {"enabled": False}}})
+    merge_params(target, {"score": {"scorer": {"kwargs": {"pattern": "[?]{1}"}}}})
+    merge_params(target, {"train_rm": {"epochs": 3}})
+    parsed = load_params(target)
+    assert parsed.score.scorer.kwargs["pattern"] == "[?]{1}"
+    assert parsed.train_rm.epochs == 3 and not parsed.grpo.length_calibration.enabled
+    merge_params(target, {"score": {"scorer": {"kwargs": {"pattern": "\\?"}}}})
+    merge_params(target, {"train_rm": {"epochs": 4}})
+    assert load_params(target).score.scorer.kwargs["pattern"] == "\\?"
+
+
 def test_unknown_key_is_named(repo_root):
     raw = base(repo_root)
     raw["generate"]["num_agent_per_query"] = 3
