@@ -12,13 +12,14 @@ def test_shipped_params_and_profiles_validate(repo_root, tmp_path):
     from mascot.profiles import apply_profile
 
     assert load_params(repo_root / "params.yaml").pairs.score_margin == pytest.approx(0.1)
-    for profile in ("tiny", "real"):
+    for profile in ("tiny", "real", "evidence"):
         target = tmp_path / f"{profile}.yaml"
         target.write_text((repo_root / "params.yaml").read_text())
         apply_profile(profile, target, repo_root / "profiles")
         parsed = load_params(target)
         assert parsed.prepare.sources  # untouched keys survive the merge
     assert load_params(tmp_path / "real.yaml").pairs.score_margin == 0.5
+    assert load_params(tmp_path / "evidence.yaml").grpo.length_calibration.enabled  # the lever the control chose
     assert "# Embedded CPU default" in (tmp_path / "real.yaml").read_text()  # comments kept
 
 
