@@ -1,5 +1,6 @@
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -71,11 +72,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sh(cmd, cwd, env, check=True):
-    proc = subprocess.run(cmd, cwd=cwd, env=env, shell=True, capture_output=True, text=True, timeout=1800)
+def sh(cmd, cwd, env, check=True, timeout_s: float = 1800):
+    """`cmd` in a shell of its own process group. Past `timeout_s` the whole group is killed, so that no child
+    lives on holding a lock (a hung `dvc push` left DVC's repo lock to every later test), and TimeoutExpired
+    carries what it printed."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise subprocess.TimeoutExpired(cmd, timeout_s, output=stdout, stderr=stderr) from None
     if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return proc.stdout + proc.stderr
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{stdout[-4000:]}\n{stderr[-4000:]}")
+    return stdout + stderr
 
 
 def script_json(code: str, cwd, env, name: str = "check.py"):

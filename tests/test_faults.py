@@ -200,3 +200,19 @@ def test_kill_9_during_episodes_then_resume_equals_clean_run(tiny_workspace):
     assert 0 < before < prefixes and metrics["resumed_prefixes"] >= before - 1
     assert [e["episode_id"] for e in got] == [e["episode_id"] for e in want]
     assert got == want
+
+
+def test_a_stalled_test_command_leaves_no_child_holding_a_lock(tmp_path):
+    """The tests' `sh` kills a stalled command's whole group: a hung `dvc push` once kept DVC's repo lock from
+    every later test in CI. Here a shell's child holds a lock as DVC does; after the timeout the lock is free."""
+    import fcntl
+
+    from tests.conftest import sh
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    with pytest.raises(subprocess.TimeoutExpired) as stalled:
+        sh(f"echo started; flock {lock} sleep 60; echo never", tmp_path, os.environ.copy(), timeout_s=2)
+    with open(lock) as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while the child lives
+    assert "started" in stalled.value.stdout and "never" not in stalled.value.stdout
