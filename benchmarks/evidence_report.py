@@ -73,6 +73,18 @@ def _equal_length_cells(eq: dict | None) -> str:
     return f"{head} | {_fmt(m.get('mean'))} [{_fmt(m.get('ci_low'))}, {_fmt(m.get('ci_high'))}], {m.get('n')}"
 
 
+def _length_controlled(m: dict, key: str) -> str:
+    """A reward model's accuracy at equal length (KEY_equal_length*): the intercept, its interval, n, whether it is
+    extrapolated, and the length-matched subset."""
+    eq = f"{key}_equal_length"
+    if m.get(eq) is None:
+        return "not measured"
+    text = f"{_fmt(m[eq])} [{_fmt(m.get(eq + '_ci_low'))}, {_fmt(m.get(eq + '_ci_high'))}], n {m.get(eq + '_n')}"
+    if m.get(eq + "_extrapolated"):
+        text += " (extrapolated)"
+    return text + f"; length-matched {_fmt(m.get(eq + '_matched'))} (n {m.get(eq + '_matched_n')})"
+
+
 def speaker_table(evaluate: dict, dimensions: list[str], min_n: int) -> list[str]:
     diffs = evaluate.get("grpo_minus_base", {})
     lines = ["| figure | base | GRPO | GRPO - base [95% interval] | n | sign-test p | reading | "
@@ -212,8 +224,13 @@ def write_report(workdir: Path, attempts: list[dict] | None = None) -> Path:
            f"- speaker reward model on judge pairs: {_interval(rm, 'eval_accuracy')} on {rm.get('eval_pairs')} pairs; "
            f"length baseline {_fmt(rm.get('eval_length_baseline_accuracy'))}; where the chosen reply is not longer "
            f"{_fmt(rm.get('eval_accuracy_not_longer'))} ({rm.get('eval_not_longer_pairs')} pairs)",
+           f"- speaker reward model at equal length (judge's eval pairs): {_length_controlled(rm, 'eval_accuracy')}; "
+           f"Pearson of its score with reply words on the eval candidates {_fmt(rm.get('eval_score_length_pearson'))}",
            f"- on held-out human pairs: {_interval(rm, 'human_pairs')}; the longer turn wins "
-           f"{_interval(rm, 'human_length_baseline')}",
+           f"{_interval(rm, 'human_length_baseline')}; at equal length {_length_controlled(rm, 'human_pairs')}; "
+           f"where the preferred turn is not the longer {_interval(rm, 'human_pairs_controlled')}",
+           f"- what `evaluate` calls the gains: the judge's {evaluate.get('judge_gain_is')}, the reward model's "
+           f"{evaluate.get('rm_gain_is')}",
            f"- promotion: {promote.get('promoted')} ({promote.get('reason')})",
            f"- group reward model: {_interval(group_rm, 'eval_accuracy')} on {group_rm.get('eval_pairs')} pairs; length "
            f"baseline {_fmt(group_rm.get('eval_length_baseline_accuracy'))}", "",

@@ -58,6 +58,19 @@ def test_the_speaker_table_says_too_few_to_tell_below_min_n():
     assert "| perceived_empathy | - | - | - | 0 | - | no data |" in table
 
 
+
+def test_a_reward_models_accuracy_at_equal_length_says_its_n_and_when_it_is_extrapolated():
+    report = _report()
+    rm = {"human_pairs_equal_length": 0.71, "human_pairs_equal_length_ci_low": 0.54,
+          "human_pairs_equal_length_ci_high": 0.83, "human_pairs_equal_length_n": 126,
+          "human_pairs_equal_length_extrapolated": False, "human_pairs_equal_length_matched": 0.78,
+          "human_pairs_equal_length_matched_n": 23}
+    assert report._length_controlled(rm, "human_pairs") == \
+        "0.710 [0.540, 0.830], n 126; length-matched 0.780 (n 23)"
+    rm["human_pairs_equal_length_extrapolated"] = True
+    assert "n 126 (extrapolated); length-matched" in report._length_controlled(rm, "human_pairs")
+    assert report._length_controlled(rm, "eval_accuracy") == "not measured"
+
 def test_the_director_table_has_each_conditions_free_parse_rate_and_the_paired_change(tmp_path):
     report = _report()
     (tmp_path / "reports").mkdir()
