@@ -15,6 +15,7 @@ import argparse
 import json
 import re
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -44,33 +45,56 @@ def prepare_workdir(workdir: Path) -> dict:
     return env
 
 
-def run_repro(workdir: Path, env: dict, target: str | None) -> dict:
+def run_repro(workdir: Path, env: dict, target: str | None, save=lambda attempt: None,
+              cmd: list[str] | None = None) -> dict:
     """`dvc repro` with its output passed through; returns the stages this attempt ran, their seconds, the
-    attempt's wall time, its exit code and the largest process's peak memory (GiB)."""
+    attempt's wall time, its exit code and the largest process's peak memory (GiB). `save` gets the record at
+    every stage and at the end, also when the attempt is stopped (SIGTERM or Ctrl-C: the record says
+    `interrupted` and the time so far), so that a run resumed over several attempts sums them all."""
     log = (workdir / "reports/evidence_repro.log").open("a")
     start = last = time.time()
     stages: list[dict] = []
-    cmd = ["dvc", "repro"] + ([target] if target else [])
+    attempt = {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)), "exit_code": None,
+               "wall_s": 0.0, "peak_rss_gib": None, "stages": stages, "interrupted": False}
+    cmd = cmd or ["dvc", "repro"] + ([target] if target else [])
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1)
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        log.write(line)
-        if m := STAGE.match(line):
-            now = time.time()
-            if stages:
-                stages[-1]["seconds"] = round(now - last, 1)
-            stages.append({"stage": m.group(1), "seconds": None})
-            last = now
-    code = proc.wait()
-    end = time.time()
-    if stages:
-        stages[-1]["seconds"] = round(end - last, 1)
-    log.close()
-    # ru_maxrss of the children: the largest resident set of any process this one waited for (in KiB on Linux)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-    return {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)), "exit_code": code,
-            "wall_s": round(end - start, 1), "peak_rss_gib": round(peak, 2), "stages": stages}
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+            if m := STAGE.match(line):
+                now = time.time()
+                if stages:
+                    stages[-1]["seconds"] = round(now - last, 1)
+                stages.append({"stage": m.group(1), "seconds": None})
+                last = now
+                save({**attempt, "wall_s": round(now - start, 1)})
+        attempt["exit_code"] = proc.wait()
+    except KeyboardInterrupt:
+        attempt["interrupted"] = True
+        proc.terminate()  # DVC passes it on to the stage, which keeps its journal and checkpoints
+        try:
+            attempt["exit_code"] = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            attempt["exit_code"] = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        end = time.time()
+        if stages:
+            stages[-1]["seconds"] = round(end - last, 1)
+        log.close()
+        # ru_maxrss of the children: the largest resident set of any process this one waited for (in KiB on Linux)
+        attempt["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
+        attempt["wall_s"] = round(end - start, 1)
+        save(attempt)
+    return attempt
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM ends an attempt the way Ctrl-C does: recorded, then stopped
 
 
 def main() -> int:
@@ -86,9 +110,15 @@ def main() -> int:
     attempts = json.loads(times_path.read_text())["attempts"] if times_path.exists() else []
     code = 0
     if not args.report_only:
-        attempt = run_repro(workdir, env, args.target)
+        def save(record: dict) -> None:
+            times_path.write_text(json.dumps({"attempts": attempts + [record]}, indent=2) + "\n")
+
+        attempt = run_repro(workdir, env, args.target, save)
         attempts.append(attempt)
-        times_path.write_text(json.dumps({"attempts": attempts}, indent=2) + "\n")
+        if attempt["interrupted"]:
+            print(f"evidence: stopped after {attempt['wall_s']:.0f} s (recorded in {times_path}); run it again to "
+                  "go on where it stopped", flush=True)
+            return 130
         code = attempt["exit_code"]
         print(f"evidence: dvc repro exited {code} after {attempt['wall_s']:.0f} s; peak memory "
               f"{attempt['peak_rss_gib']} GiB (times: {times_path})", flush=True)

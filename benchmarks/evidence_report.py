@@ -175,16 +175,19 @@ def verdicts(judge_check: dict, rm: dict, grpo: dict, evaluate: dict) -> list[st
 
 
 def times_table(attempts: list[dict]) -> list[str]:
-    last: dict[str, float] = {}
+    """Each stage's seconds summed over the attempts that ran it (a stage stopped and resumed counts both parts),
+    the wall time of all attempts, how many were stopped, and the largest process's peak."""
+    spent: dict[str, float] = {}
     for a in attempts:
         for s in a["stages"]:
             if s["seconds"] is not None:
-                last[s["stage"]] = s["seconds"]
-    lines = ["| stage | seconds |", "| --- | ---: |"] + [f"| {k} | {v:.0f} |" for k, v in last.items()]
+                spent[s["stage"]] = spent.get(s["stage"], 0.0) + s["seconds"]
+    lines = ["| stage | seconds |", "| --- | ---: |"] + [f"| {k} | {v:.0f} |" for k, v in spent.items()]
     total = sum(a["wall_s"] for a in attempts)
-    peak = max((a["peak_rss_gib"] for a in attempts), default=None)
-    lines += [f"| **total wall (all attempts: {len(attempts)})** | **{total:.0f}** |", "",
-              f"Peak memory of the largest process: {peak} GiB."]
+    stopped = sum(bool(a.get("interrupted")) for a in attempts)
+    peak = max((a["peak_rss_gib"] for a in attempts if a.get("peak_rss_gib") is not None), default=None)
+    lines += [f"| **total wall (all attempts: {len(attempts)}, {stopped} of them stopped and resumed)** | "
+              f"**{total:.0f}** |", "", f"Peak memory of the largest process: {peak} GiB."]
     return lines
 
 

@@ -84,3 +84,36 @@ def test_the_director_table_has_each_conditions_free_parse_rate_and_the_paired_c
     assert "| trained | 20 | 0.825 | 1.000 | 3.880 |" in table
     assert "| random | 20 | - | 1.000 | 3.910 |" in table  # a scripted Director writes no directive text
     assert "| base | parse rate, unconstrained (per conversation) | 0.362 [0.212, 0.512] | 20 | 0.001 | up |" in table
+
+
+def test_a_stopped_evidence_attempt_is_recorded_and_its_stages_summed_with_the_next(tmp_path):
+    """SIGTERM to `make evidence` mid-stage: the attempt's time so far is kept (it was lost before, so a run resumed
+    over several attempts under-reported its wall time), and the report sums a resumed stage's parts."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "reports").mkdir()
+    times = tmp_path / "reports/evidence_times.json"
+    fake_dvc = "print(\"Running stage 'prepare':\", flush=True); print(\"Running stage 'score':\", flush=True); " \
+               "import time; time.sleep(120)"
+    driver = (f"import sys, json; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import evidence; from pathlib "
+              f"import Path; p = Path({str(times)!r}); evidence.run_repro(Path({str(tmp_path)!r}), None, None, "
+              f"lambda a: p.write_text(json.dumps({{'attempts': [a]}})), [sys.executable, '-c', {fake_dvc!r}])")
+    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if "score" in line:
+            break
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    attempt = json.loads(times.read_text())["attempts"][0]
+    assert attempt["interrupted"] and attempt["exit_code"] is not None and attempt["wall_s"] >= 1
+    assert [s["stage"] for s in attempt["stages"]] == ["prepare", "score"]
+    assert attempt["stages"][1]["seconds"] >= 1  # the stopped stage's time so far
+    resumed = {"wall_s": 10.0, "peak_rss_gib": 2.0, "stages": [{"stage": "score", "seconds": 10.0}]}
+    table = "\n".join(_report().times_table([attempt, resumed]))
+    assert f"| score | {attempt['stages'][1]['seconds'] + 10:.0f} |" in table
+    assert "all attempts: 2, 1 of them stopped and resumed" in table
