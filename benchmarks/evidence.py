@@ -87,7 +87,9 @@ def run_repro(workdir: Path, env: dict, target: str | None, save=lambda attempt:
             stages[-1]["seconds"] = round(end - last, 1)
         log.close()
         # ru_maxrss of the children: the largest resident set of any process this one waited for (in KiB on Linux)
-        attempt["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
+        # a stopped attempt's stage was killed before DVC waited for it, so its memory is not counted: unknown
+        attempt["peak_rss_gib"] = None if attempt["interrupted"] else \
+            round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
         attempt["wall_s"] = round(end - start, 1)
         save(attempt)
     return attempt

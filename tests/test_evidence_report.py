@@ -111,6 +111,7 @@ def test_a_stopped_evidence_attempt_is_recorded_and_its_stages_summed_with_the_n
     proc.wait(timeout=60)
     attempt = json.loads(times.read_text())["attempts"][0]
     assert attempt["interrupted"] and attempt["exit_code"] is not None and attempt["wall_s"] >= 1
+    assert attempt["peak_rss_gib"] is None  # the stopped stage was never waited for: its memory is unknown
     assert [s["stage"] for s in attempt["stages"]] == ["prepare", "score"]
     assert attempt["stages"][1]["seconds"] >= 1  # the stopped stage's time so far
     resumed = {"wall_s": 10.0, "peak_rss_gib": 2.0, "stages": [{"stage": "score", "seconds": 10.0}]}
