@@ -1,10 +1,11 @@
 import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from mascot.processes import stop_group
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -81,7 +82,7 @@ def sh(cmd, cwd, env, check=True, timeout_s: float = 1800):
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc.pid, grace_s=5, reap=proc.poll)  # the shell leads its group: its pid is the group's id
         stdout, stderr = proc.communicate()
         raise subprocess.TimeoutExpired(cmd, timeout_s, output=stdout, stderr=stderr) from None
     if check and proc.returncode != 0:

@@ -132,7 +132,6 @@ def dvc_transfer(cmd: str, cwd, env, stack, attempts: int = 2, timeout_s: float 
             if attempt == attempts:
                 raise AssertionError(told) from None
             warnings.warn(told)
-    raise AssertionError("unreachable")
 
 
 def pulled_clone(stack, dvc_repo, folder: Path, remote: str, local_remote: Path | None = None) -> tuple[str, str]:
