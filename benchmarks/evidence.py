@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 STAGE = re.compile(r"^Running stage '([^']+)'")
+from mascot.processes import stop_group  # noqa: E402  (after the path: the checkout's own mascot)
 
 
 def prepare_workdir(workdir: Path) -> dict:
@@ -57,8 +58,10 @@ def run_repro(workdir: Path, env: dict, target: str | None, save=lambda attempt:
     attempt = {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)), "exit_code": None,
                "wall_s": 0.0, "peak_rss_gib": None, "stages": stages, "interrupted": False}
     cmd = cmd or ["dvc", "repro"] + ([target] if target else [])
+    # its own process group: a stop reaches the stage DVC runs too (DVC exits on SIGTERM and leaves its stage
+    # running, which then holds the repo's lock and both cores)
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
+                            bufsize=1, start_new_session=True)
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         for line in proc.stdout:
@@ -74,12 +77,9 @@ def run_repro(workdir: Path, env: dict, target: str | None, save=lambda attempt:
         attempt["exit_code"] = proc.wait()
     except KeyboardInterrupt:
         attempt["interrupted"] = True
-        proc.terminate()  # DVC passes it on to the stage, which keeps its journal and checkpoints
-        try:
-            attempt["exit_code"] = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            attempt["exit_code"] = proc.wait()
+        # SIGTERM to DVC and its stage (which keeps its journal and checkpoints), SIGKILL after a minute
+        stop_group(proc.pid, grace_s=60, reap=proc.poll)
+        attempt["exit_code"] = proc.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
         end = time.time()

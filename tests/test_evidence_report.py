@@ -97,20 +97,25 @@ def test_a_stopped_evidence_attempt_is_recorded_and_its_stages_summed_with_the_n
 
     (tmp_path / "reports").mkdir()
     times = tmp_path / "reports/evidence_times.json"
-    fake_dvc = "print(\"Running stage 'prepare':\", flush=True); print(\"Running stage 'score':\", flush=True); " \
-               "import time; time.sleep(120)"
+    # DVC exits on SIGTERM and leaves its stage running: the fake's stage is a child that ignores its parent's end
+    fake_dvc = "import subprocess, time; stage = subprocess.Popen(['sleep', '120']); " \
+               "print(\"Running stage 'prepare':\", flush=True); print(f\"Running stage 'score': {stage.pid}\", flush=True); " \
+               "time.sleep(120)"
     driver = (f"import sys, json; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import evidence; from pathlib "
               f"import Path; p = Path({str(times)!r}); evidence.run_repro(Path({str(tmp_path)!r}), None, None, "
               f"lambda a: p.write_text(json.dumps({{'attempts': [a]}})), [sys.executable, '-c', {fake_dvc!r}])")
     proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if "score" in line:
+            stage_pid = int(line.split()[-1])
             break
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     attempt = json.loads(times.read_text())["attempts"][0]
     assert attempt["interrupted"] and attempt["exit_code"] is not None and attempt["wall_s"] >= 1
+    status = Path(f"/proc/{stage_pid}/status")
+    assert not status.exists() or "State:\tZ" in status.read_text(), "the stopped attempt left its stage running"
     assert attempt["peak_rss_gib"] is None  # the stopped stage was never waited for: its memory is unknown
     assert [s["stage"] for s in attempt["stages"]] == ["prepare", "score"]
     assert attempt["stages"][1]["seconds"] >= 1  # the stopped stage's time so far
