@@ -168,3 +168,20 @@ def test_within_group_leaves_a_group_of_one_length_alone():
 
     out, slopes = within_group_length_removed([1.0, 2.0, 3.0, 4.0], [3, 3, 3, 3], [[0, 1, 2, 3]])
     assert out == [1.0, 2.0, 3.0, 4.0] and slopes == []
+
+
+def test_the_calibration_never_pays_for_words_and_leaves_noise_alone():
+    """The second evidence run's fit: -0.023 a word at R^2 0.065 on 32 base answers; subtracted, it paid GRPO for
+    every word. A slope that is not a rise (noise, or length costing the base policy) leaves the score as it is."""
+    from mascot.policy.rewards import LengthCalibration
+
+    rng = np.random.default_rng(1)
+    words = rng.integers(5, 57, 32).astype(float)
+    noise = LengthCalibration(list(words), list(rng.normal(-7.0, 1.0, 32)))
+    falling = LengthCalibration(list(words), list(-0.05 * words + rng.normal(0, 0.2, 32)))
+    for cal in (noise, falling):
+        assert not cal.active and cal.adjust([1.0, 1.0], [5, 80]) == [1.0, 1.0]
+        assert cal.figures()["length_calibration_active"] is False
+    rising = LengthCalibration(list(words), list(0.05 * words + rng.normal(0, 0.2, 32)))
+    assert rising.active and rising.figures()["length_calibration_trend_p"] < 0.05
+    assert rising.adjust([1.0], [80])[0] < 1.0 - 0.04 * (80 - rising.reference)

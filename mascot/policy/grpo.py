@@ -122,8 +122,9 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
         tags.update({k: str(v) for k, v in fitted.items()})
         print(f"train_grpo: length calibration on {calibration.n} base-policy answers "
               f"({calibration.low:g}-{calibration.high:g} words): the reward model paid "
-              f"{fitted['length_calibration_slope_per_word']:+.4g} a word (R^2 {calibration.r2:.3f}); "
-              "GRPO is paid the score less that fit")
+              f"{fitted['length_calibration_slope_per_word']:+.4g} a word (R^2 {calibration.r2:.3f}, one-sided "
+              f"p {calibration.trend_p:.3g}); " + ("GRPO is paid the score less that fit" if calibration.active else
+                                                   "no rise with words to take off: GRPO is paid the score as it is"))
     judge = None
     if p.watch.enabled and is_main_process():
         judge = make_judge(params)
