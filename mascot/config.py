@@ -220,9 +220,9 @@ class ScorerParams(Block):
     @model_validator(mode="after")
     def _target_for_function(self):
         if self.kind == "function" and not (self.target and ":" in self.target):
-            raise ValueError("score.scorer.kind is 'function': set score.scorer.target to 'module:function'")
+            raise ValueError("kind is 'function': set target to 'module:function'")
         if self.kind == "llm" and (self.target or self.dimensions or self.kwargs):
-            raise ValueError("score.scorer.target/dimensions/kwargs apply to kind 'function' only")
+            raise ValueError("target/dimensions/kwargs apply to kind 'function' only")
         return self
 
 
@@ -265,8 +265,11 @@ class HumanParams(Block):
 
 
 class ScoreGroupParams(Block):
-    """Stage 2's judge: the collective rubric's file; mode, format and retries are score's."""
+    """Stage 2's judge: the collective rubric's file; mode, format and retries are score's. `scorer`: what judges
+    a block, where it is not score.scorer (null): a stage-2 control plants its preference on blocks here and
+    leaves stage 1's judge, and every stage-1 output DVC cached, as they are."""
     rubric: str = "data/rubrics/collective.yaml"
+    scorer: ScorerParams | None = None
 
 
 class JudgeCheckGroupParams(Block):
@@ -515,6 +518,10 @@ class DirectorParams(GRPOParams):
     diversity_weight: float = 0.2  # penalty for naming the previous turn's speaker again
     rollout_turns: int = Field(1, ge=1)  # agent turns rolled forward from the directive before the group RM scores
     rollout_max_tokens: int = Field(40, ge=1)
+    # rollouts decode under the directive's grammar (the agent one of the team's, three lines), as evaluate_group
+    # decodes the trained Director: the policy learns whom to choose and what to ask, not the form (false: it
+    # samples freely and its format reward teaches the form; a small random model never finds it)
+    constrain_rollouts: bool = False
 
     @field_validator("length_calibration")
     @classmethod

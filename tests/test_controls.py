@@ -130,3 +130,64 @@ def test_negative_control_watch_does_not_call_noise_improving(negative):
     sh("dvc repro train_grpo", work, env)
     grpo = _metrics(work, "train_grpo")
     assert grpo["watch_n"] >= 10 and grpo["watch_verdict"] != "improving"
+
+
+# Stage 2's controls: each continues its stage-1 chain's repo (stage 1's outputs stay cached; only the stage-2
+# stages run), with a collective judge of its own (score_group.scorer)
+@pytest.fixture(scope="module")
+def group_positive(positive):
+    work, env = positive
+    sh("mascot profile tiny controls control-positive controls-group control-group-positive", work, env)
+    sh("dvc repro evaluate_group", work, env)
+    return work, env
+
+
+@pytest.fixture(scope="module")
+def group_negative(negative):
+    work, env = negative
+    sh("git checkout -q params.yaml", work, env)
+    sh("mascot profile tiny controls control-negative controls-group control-group-negative", work, env)
+    sh("dvc repro promote_group", work, env)
+    return work, env
+
+
+def _feature_rate(work, condition: str) -> float:
+    return _metrics(work, "evaluate_group")["planted_feature"]["rate"][condition]["mean"]
+
+
+def test_group_positive_control_the_group_reward_model_learns_who_has_the_floor(group_positive):
+    work, _ = group_positive
+    episodes = [json.loads(line) for line in (work / "data/group/episodes.jsonl").read_text().splitlines()]
+    first = [next(t["speaker"] for t in e["turns"] if t["role"] == "agent") for e in episodes if e["valid"]]
+    rate = first.count("The Beacon") / len(first)
+    assert 0.1 < rate < 0.5, f"The Beacon has the floor first in {rate:.2f} of the base episodes: not 'sometimes'"
+    rm = _metrics(work, "train_group_rm")
+    assert rm["eval_pairs"] >= 20
+    assert rm["eval_accuracy_ci_low"] > max(0.5, rm["eval_length_baseline_accuracy"]), rm
+    promote = _metrics(work, "promote_group")
+    assert promote["promoted"] and promote["bar_on"] == "lower_bound", promote["reason"]
+
+
+def test_group_positive_control_the_trained_director_gives_the_floor_as_the_judge_pays(group_positive):
+    work, _ = group_positive
+    planted = _metrics(work, "evaluate_group")["planted_feature"]
+    assert planted["persona"] == "The Beacon"
+    for other in ("base", "random"):
+        fig = planted[f"trained_minus_{other}"]
+        assert fig["n"] >= 20 and fig["ci_low"] > 0, (other, planted)
+    director = _metrics(work, "train_director")
+    assert director["watch_verdict"] == "improving", director["watch_why"]
+
+
+def test_group_negative_control_finds_nothing_and_the_gate_stops(group_negative):
+    work, env = group_negative
+    rm = _metrics(work, "train_group_rm")
+    assert rm["eval_pairs"] >= 20 and rm["eval_accuracy_ci_low"] < 0.5 < rm["eval_accuracy_ci_high"], rm
+    promote = _metrics(work, "promote_group")
+    assert not promote["promoted"], promote
+    # the gate off, so that the Director trains against the noise and its watch must say what it sees
+    _set_params(work, {"promote_group": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False,
+                                         "bar_on": "point", "max_null_p": None}})
+    sh("dvc repro train_director", work, env)
+    director = _metrics(work, "train_director")
+    assert director["watch_n"] >= 10 and director["watch_verdict"] != "improving", director["watch_why"]

@@ -89,3 +89,42 @@ def test_make_judge_builds_no_llm_for_a_function_that_owns_every_dimension():
     judge = make_judge(parse_params(raw, "params.yaml"))
     assert isinstance(judge, FunctionJudge) and judge.llm is None and judge.kwargs == {"seed": 3}
     assert judge.identity["source_sha256"] != "unknown"
+
+
+def test_a_block_judge_of_its_own_leaves_the_reply_judge_as_it_was():
+    """score_group.scorer judges blocks only: a stage-2 control plants its preference there while stage 1's judge
+    (and every stage-1 output DVC cached) stays as it was."""
+    import yaml
+
+    from mascot.annotate.controls import planted_persona
+    from mascot.annotate.function_judge import scorer_for
+
+    raw = yaml.safe_load(open("params.yaml"))
+    raw["score"]["scorer"] = {"kind": "function", "target": "mascot.annotate.controls:seeded_noise"}
+    raw["score_group"]["scorer"] = {"kind": "function", "target": "mascot.annotate.controls:planted_speaker",
+                                    "kwargs": {"persona": "The Beacon"}}
+    params = parse_params(raw, "params.yaml")
+    assert scorer_for(params, "reply").target.endswith(":seeded_noise")
+    assert scorer_for(params, "block").target.endswith(":planted_speaker")
+    assert make_judge(params, "block").key == "score_group.scorer"
+    assert planted_persona(scorer_for(params, "block")) == "The Beacon" and planted_persona(params.score.scorer) is None
+    raw["score_group"]["scorer"] = None  # null: blocks take score.scorer
+    assert scorer_for(parse_params(raw, "params.yaml"), "block").target.endswith(":seeded_noise")
+    raw["score_group"]["scorer"] = {"kind": "function", "target": "mascot.annotate.controls:no_such_function"}
+    with pytest.raises(JudgeFunctionError, match="score_group.scorer.target"):
+        make_judge(parse_params(raw, "params.yaml"), "block")
+
+
+def test_the_planted_speaker_pays_the_block_given_to_its_persona_first():
+    from mascot.annotate.controls import planted_speaker
+    from mascot.annotate.rubric import COLLECTIVE
+
+    def block(*names):
+        return {"granularity": "block", "text": "", "block": [
+            {"role": "user", "content": "hi"}, *({"role": "assistant", "name": n, "content": "x"} for n in names)]}
+
+    assert set(planted_speaker(block("The Beacon", "The Anchor"), COLLECTIVE, "The Beacon").values()) == {5.0}
+    assert set(planted_speaker(block("The Anchor", "The Beacon"), COLLECTIVE, "The Beacon").values()) == {1.0}
+    assert set(planted_speaker(block(), COLLECTIVE, "The Beacon").values()) == {1.0}
+    reply = {"granularity": "reply", "text": "x", "persona": "The Beacon"}
+    assert set(planted_speaker(reply, COLLECTIVE, "The Beacon").values()) == {5.0}

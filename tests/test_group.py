@@ -377,3 +377,47 @@ def test_free_parse_rate_counts_as_the_flat_count_does(personas, demo_queries):
     assert {k: rate[k] for k in ("directives", "parse_rate", "invalid_reasons")} == expected
     assert list(rate["invalid_reasons"]) == list(expected["invalid_reasons"]) == ["unknown agent", "missing field"]
     assert rate["by_query"] == {q["query_id"]: v for q, v in zip(queries, (0.5, 0.5, 0.0))}
+
+
+def test_the_planted_feature_is_who_had_the_floor_first_and_trained_is_compared_paired():
+    from mascot.policy.evaluate_group import describe_results, planted_feature, planted_figures
+
+    def record(q, first, valid=True):
+        return {"query_id": q, "valid": valid, "turns": [{"role": "agent", "speaker": first, "text": "x"},
+                                                        {"role": "agent", "speaker": "The Beacon", "text": "y"}]}
+    trained = planted_feature([record(f"q{i}", "The Beacon") for i in range(12)], "The Beacon")
+    base = planted_feature([record(f"q{i}", "The Anchor" if i % 4 else "The Beacon") for i in range(12)], "The Beacon")
+    failed = planted_feature([record("q0", "The Beacon", valid=False), record("q1", "The Anchor")], "The Beacon")
+    assert failed == {"q0": 0.0, "q1": 0.0}  # a failed conversation never counts as the feature; the second turn never
+    fig = planted_figures({"trained": trained, "base": base}, "The Beacon", min_n=10)
+    assert fig["rate"]["trained"]["mean"] == 1.0 and fig["rate"]["base"]["mean"] == 0.25
+    assert fig["trained_minus_base"]["mean"] == 0.75 and fig["trained_minus_base"]["ci_low"] > 0
+    assert fig["trained_minus_base"]["n"] == 12 and "trained_minus_random" not in fig
+    metrics = {"conversations": 12, "valid_rate": 1.0, "failed_conversations": 0, "collective_total_with_failures": 3,
+               "collective_total": 3, "per_reply_total": 3, "group_rm_score": 0.1, "speaker_usage": {}}
+    lines = describe_results({"trained": metrics, "base": metrics, "planted_feature": fig}, ["trained", "base"], 12, 2, 10)
+    assert any("trained - base, planted feature" in line and "0.75" in line for line in lines)
+
+
+def test_a_batch_with_no_parseable_directive_is_paid_the_runs_floor_not_zero(tiny_backend, personas):
+    """A group reward model may score every block below 0; a batch whose directives all fail to parse was paid 0.0,
+    above every block, so a Director's reward fell as its format rose (the evidence run). The floor is one for the
+    run, below every episode block the reward model scores."""
+    from mascot.config import DirectorParams
+    from mascot.policy.director import make_director_rewards, unparseable_floor
+
+    class NegativeScorer:
+        def score(self, items):
+            return [-8.0 - 0.01 * sum(len(m["content"]) for m in block) for _, _, block in items]
+
+    q = {"query_id": "q", "context": [{"role": "user", "content": "hi"}]}
+    episodes = [{"query_id": "q", "valid": True, "turns": [{"role": "agent", "speaker": "The Anchor", "text": t}]}
+                for t in ("short", "a much longer turn")]
+    floor = unparseable_floor(NegativeScorer(), episodes, {"q": q})
+    assert floor == round(-8.0 - 0.01 * len("a much longer turn") - 1.0, 4)
+    rm, _, _ = make_director_rewards(NegativeScorer(), tiny_backend, personas,
+                                     DirectorParams(rollout_turns=1, prompt_style="transcript"), Sampling(max_tokens=4),
+                                     floor=floor)
+    cols = dict(query_id=["q"] * 2, context=[json.dumps(q["context"])] * 2, turns=[json.dumps([])] * 2,
+                previous_speaker=["", ""])
+    assert rm(None, [" Nobody\nAction: x\nTone: y", "no directive at all"], **cols) == [floor, floor]

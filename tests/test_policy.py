@@ -191,3 +191,33 @@ def test_a_judge_gain_that_is_length_is_called_length():
     assert length_verdict({**up, "equal_length": {"ci_low": -0.1, "extrapolated": False}}) == "length"
     assert length_verdict({**up, "equal_length": {"ci_low": 0.05, "extrapolated": True}}) == "length"
     assert length_verdict({**up, "ci_low": -0.1, "equal_length": {"ci_low": 0.05}}) == "none"
+
+
+def test_a_director_trained_under_the_directive_grammar_samples_only_directives_and_learns(tiny_model_dir, personas,
+                                                                                          tmp_path, monkeypatch):
+    """train_director.constrain_rollouts: a random model never writes a directive freely; under the grammar every
+    rollout parses and names a team member, so a reward on the directive reaches the adapter."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    import mlflow
+    from safetensors.torch import load_file
+
+    from mascot.annotate.director import directive_pattern, directive_text, parse_directive
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    names = list(personas)
+    seen = []
+
+    def longer_action(prompts, completions, **_):
+        seen.extend(completions)
+        return [len(parse_directive(directive_text(c), names).action) / 60 for c in completions]
+
+    # a directive of at most 60 + 20 characters: the tiny tokenizer spends up to a token a character on them
+    rows = [{"prompt": f"Conversation {k}: the person feels low.\nAgent:"} for k in range(4)]
+    params = GRPOParams(base_model=str(tiny_model_dir), num_generations=4, max_completion_length=96, max_steps=2,
+                        learning_rate=1e-2, lora=PolicyLoraParams(r=4, alpha=8))
+    with mlflow.start_run():
+        train_policy(rows, [longer_action], [1.0], params, tmp_path / "policy", tmp_path / "ckpt",
+                     completion_regex=directive_pattern(names, after_agent_label=True))
+    assert len(seen) == 8  # every completion parsed (parse_directive raises otherwise) and named one of the team
+    weights = load_file(tmp_path / "policy/adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)

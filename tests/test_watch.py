@@ -45,6 +45,24 @@ def test_a_judge_gain_that_is_length_is_not_improving():
     assert kept["verdict"] == IMPROVING and kept["change"]["judge_equal_length"]["ci_low"] > 0, kept
 
 
+def test_a_directors_length_is_its_blocks_not_its_directives():
+    """The stage-2 positive control (2026-12-04): the trained Director's directives all grew (its Action line),
+    the blocks the judge read did not; read on the directives' words the judge's rise was `gain is length`
+    (EXTRAPOLATED). The length a stage passes (what the judge read) is the one the verdict regresses on."""
+    n = 12
+    blocks = [8 + (i % 4) for i in range(n)]
+    first = probe_row(0, [f"Agent: X\nAction: {'a ' * 3}" for _ in range(n)], [0.0] * n, [1.0] * n,
+                      {"length": blocks})
+    last = probe_row(4, [f"Agent: Y\nAction: {'a ' * (9 + i % 3)}" for i in range(n)], [2.0 + 0.01 * i for i in range(n)],
+                     [5.0] * n, {"length": blocks[::-1]})
+    assert first["length"] == blocks and last["mean_length"] == sum(blocks) / n
+    result = verdict([first, last], judge_margin=0.05)
+    assert result["verdict"] == IMPROVING and not result["change"]["judge_equal_length"]["extrapolated"], result
+    on_directives = verdict([probe_row(0, first["answers"], [0.0] * n, [1.0] * n),
+                             probe_row(4, last["answers"], last["reward_model"], [5.0] * n)], judge_margin=0.05)
+    assert on_directives["verdict"] == LENGTH  # what it said before
+
+
 def test_a_collapsed_policy_is_read_where_its_answers_were_still_distinct():
     """The negative control's GRPO (2026-12-03): the policy's 31 answers collapsed to 2 texts, and the noise judge's
     one draw for them read as a rise 'over 31 probes'. A check of fewer than stats.min_n distinct answers is not read;

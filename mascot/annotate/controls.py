@@ -10,6 +10,10 @@ A chain that is given a preference must recover it, and a chain given noise must
   is `low` plus `feature` when the text matches `pattern`, plus `per_word` for each word, held in [1, 5]. A chain
   without levers against length learns both and its policy grows; with them, the feature must still rise and
   the length must not.
+- `planted_speaker` (stage 2, as score_group.scorer): every dimension is `high` when the unit is given to
+  `persona` (a block whose first companion turn is the persona's: the one the Director chose; a reply written
+  as the persona) and `low` otherwise. A Director acts on it through its directive's agent, which a base
+  Director names sometimes, not always.
 - `seeded_noise`: every dimension is a number drawn uniformly from [1, 5], seeded by the unit's text, the
   dimension and `seed`: the same text always gets the same scores (a resumed or repeated judge agrees with
   itself), and nothing about the text predicts them.
@@ -37,6 +41,18 @@ def planted_feature_and_length(subject: dict, rubric, pattern: str, feature: flo
     return {d: round(min(5.0, max(1.0, score)), 4) for d in rubric.dimensions}
 
 
+def first_speaker(subject: dict) -> str | None:
+    """Who the unit is given to: a block's first companion turn's speaker, a reply's persona."""
+    if subject.get("granularity") == "block":
+        return next((m.get("name") for m in subject.get("block") or [] if m["role"] == "assistant"), None)
+    return subject.get("persona")
+
+
+def planted_speaker(subject: dict, rubric, persona: str, high: float = 5.0, low: float = 1.0) -> dict[str, float]:
+    score = high if first_speaker(subject) == persona else low
+    return {d: score for d in rubric.dimensions}
+
+
 def seeded_noise(subject: dict, rubric, seed: int = 0) -> dict[str, float]:
     out = {}
     for d in rubric.dimensions:
@@ -49,6 +65,13 @@ def planted_pattern(scorer) -> str | None:
     """The planted feature's pattern when `scorer` (score.scorer) is one of the controls' planted judges."""
     if scorer.kind == "function" and scorer.target and scorer.target.startswith("mascot.annotate.controls:planted"):
         return scorer.kwargs.get("pattern")
+    return None
+
+
+def planted_persona(scorer) -> str | None:
+    """The persona a stage-2 control's judge plants (`planted_speaker`), when `scorer` is that judge."""
+    if scorer is not None and scorer.kind == "function" and scorer.target == "mascot.annotate.controls:planted_speaker":
+        return scorer.kwargs.get("persona")
     return None
 
 

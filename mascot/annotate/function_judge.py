@@ -32,16 +32,17 @@ class JudgeFunctionError(ValueError):
     """The function named by score.scorer.target cannot be loaded, or returned what the rubric cannot hold."""
 
 
-def load_function(target: str) -> Callable:
+def load_function(target: str, key: str = "score.scorer") -> Callable:
+    """The function `target` ("module:function") names; `key` is the params key that named it, for errors."""
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise JudgeFunctionError(f"score.scorer.target '{target}': cannot import module '{module_name}' ({exc}); "
+        raise JudgeFunctionError(f"{key}.target '{target}': cannot import module '{module_name}' ({exc}); "
                                  "the module must be importable from the working directory or installed") from exc
     function = getattr(module, attr, None)
     if not callable(function):
-        raise JudgeFunctionError(f"score.scorer.target '{target}': module '{module_name}' has no function '{attr}'")
+        raise JudgeFunctionError(f"{key}.target '{target}': module '{module_name}' has no function '{attr}'")
     return function
 
 
@@ -61,6 +62,7 @@ class FunctionJudge:
     dimensions: tuple[str, ...] | None
     kwargs: dict
     llm: LLMBackend | None = None
+    key: str = "score.scorer"  # the params key that named it (score.scorer, score_group.scorer), for errors
     stats: BackendStats = field(default_factory=BackendStats)
 
     @property
@@ -76,7 +78,7 @@ class FunctionJudge:
         dims = self.dimensions or tuple(rubric.dimensions)
         unknown = [d for d in dims if d not in rubric.dimensions]
         if unknown:
-            raise JudgeFunctionError(f"score.scorer.dimensions {unknown} are not dimensions of the rubric "
+            raise JudgeFunctionError(f"{self.key}.dimensions {unknown} are not dimensions of the rubric "
                                      f"'{rubric.name}' ({', '.join(rubric.dimensions)})")
         return tuple(dims)
 
@@ -86,7 +88,7 @@ class FunctionJudge:
         self.stats.requests += 1
         self.stats.count("function")
         got = self.function(unit["subject"], rubric, **self.kwargs)
-        where = f"score.scorer.target '{self.target}' on unit {unit['id']}"
+        where = f"{self.key}.target '{self.target}' on unit {unit['id']}"
         if not isinstance(got, dict):
             raise JudgeFunctionError(f"{where}: returned {type(got).__name__}, not a {{dimension: score}} dict")
         missing = [d for d in dims if d not in got]
@@ -105,12 +107,20 @@ class FunctionJudge:
             self.llm.close()
 
 
-def make_judge(params):
-    """The judge `score.scorer` names: the LLM judge backend, or a FunctionJudge (with the LLM judge inside it
-    where the function owns only some dimensions)."""
-    scorer = params.score.scorer
+def scorer_for(params, granularity: str = "reply"):
+    """What judges a unit of `granularity`: score_group.scorer for a block where it is set, else score.scorer."""
+    if granularity == "block" and params.score_group.scorer is not None:
+        return params.score_group.scorer
+    return params.score.scorer
+
+
+def make_judge(params, granularity: str = "reply"):
+    """The judge that scores units of `granularity` (`scorer_for`): the LLM judge backend, or a FunctionJudge
+    (with the LLM judge inside it where the function owns only some dimensions)."""
+    scorer = scorer_for(params, granularity)
     if scorer.kind == "llm":
         return make_backend(params.llm.judge, "llm.judge")
+    key = "score_group.scorer" if scorer is params.score_group.scorer else "score.scorer"
     llm = make_backend(params.llm.judge, "llm.judge") if scorer.dimensions else None
-    return FunctionJudge(scorer.target, load_function(scorer.target),
-                         tuple(scorer.dimensions) if scorer.dimensions else None, dict(scorer.kwargs), llm)
+    return FunctionJudge(scorer.target, load_function(scorer.target, key),
+                         tuple(scorer.dimensions) if scorer.dimensions else None, dict(scorer.kwargs), llm, key)

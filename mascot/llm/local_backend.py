@@ -190,12 +190,7 @@ class LocalBackend:
         a large vocabulary)."""
         cache = self.__dict__.setdefault("_grammars", {})
         if (kind, source) not in cache:
-            import xgrammar
-
-            info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
-            compiler = xgrammar.GrammarCompiler(info)
-            cache[kind, source] = (compiler.compile_json_schema(source, any_whitespace=False) if kind == "json"
-                                   else compiler.compile_regex(source))
+            cache[kind, source] = compile_grammar(self.tokenizer, self.model.config.vocab_size, kind, source)
         return cache[kind, source]
 
     def choice_token_ids(self, choices: list[str]) -> list[int]:
@@ -316,6 +311,18 @@ class LocalBackend:
             if progress:
                 progress(len(batch))
         return results
+
+
+def compile_grammar(tokenizer, vocab_size: int, kind: str, source: str, stop_token_ids: list[int] | None = None):
+    """An xgrammar grammar ("json" schema or "regex") compiled for `tokenizer` (seconds on a large vocabulary:
+    compile once, make a LogitsProcessor of it per generate call). `stop_token_ids`: what ends a match (default:
+    the tokenizer's own, as xgrammar reads them)."""
+    import xgrammar
+
+    info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids)
+    compiler = xgrammar.GrammarCompiler(info)
+    return (compiler.compile_json_schema(source, any_whitespace=False) if kind == "json"
+            else compiler.compile_regex(source))
 
 
 def _runs_sharing_more(seqs: list[list[int]], shared: int, min_extra: int = 8) -> list[tuple[int, int]]:

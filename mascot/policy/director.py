@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-from mascot.annotate.director import (DirectiveError, block_messages, directive_text, director_prompt, parse_directive,
-                                      roster)
+from mascot.annotate.director import (DirectiveError, block_messages, directive_pattern, directive_text, director_prompt,
+                                      parse_directive, roster)
 from mascot.annotate.episodes import Branch, LLMDirector, Sampling, roll_forward, speaker_sampling
 from mascot.annotate.function_judge import make_judge
 from mascot.annotate.rubric import SCORE_CHOICES
@@ -62,11 +62,23 @@ def _parsed(completion, names: list[str]):
         return None
 
 
+def unparseable_floor(scorer, episodes: list[dict], queries: dict[str, dict]) -> float:
+    """What a directive that does not parse earns from the group reward model: a point below the lowest score it
+    gives the episodes' blocks (the blocks it was trained on), one floor for the whole run, so the reward's curve
+    compares step with step. (A floor of 0 for a batch with no parseable directive paid it above every block of a
+    reward model that scores blocks below 0: the evidence run's reward then fell as the format rose.)"""
+    blocks = [(None, queries[e["query_id"]]["context"], block_messages(e["turns"])) for e in episodes if e["valid"]]
+    if not blocks:
+        raise InputError("train_director: no valid episode to set the floor of an unparseable directive from")
+    return round(min(scorer.score(blocks)) - 1.0, 4)
+
+
 def make_director_rewards(scorer, speaker_backend, personas: dict, params: DirectorParams,
-                          rollout_sampling: Sampling, constrain_follow: bool = False) -> list:
+                          rollout_sampling: Sampling, constrain_follow: bool = False, floor: float | None = None) -> list:
     """The Director's three rewards. Completions are plain text (a transcript prompt, continued after its
     "Agent:") or, for a chat prompt, message lists (TRL's conversational format); `directive_format` counts
-    which it saw (`completion_kinds`), so the stage can say that a chat Director trained on messages."""
+    which it saw (`completion_kinds`), so the stage can say that a chat Director trained on messages. `floor`:
+    the group reward model's pay for a directive that does not parse (`unparseable_floor`)."""
     names = list(personas)
     completion_kinds = {"conversational": 0, "plain": 0}
 
@@ -79,9 +91,10 @@ def make_director_rewards(scorer, speaker_backend, personas: dict, params: Direc
         valid = [i for i, b in enumerate(branches) if b.valid]
         scores = dict(zip(valid, scorer.score([(None, branches[i].context, block_messages(branches[i].turns))
                                                for i in valid]))) if valid else {}
-        # an unparseable directive has no block to score: below the worst parseable one of the same batch
-        floor = min(scores.values()) - 1.0 if scores else 0.0
-        return [scores.get(i, floor) for i in range(len(branches))]
+        # an unparseable directive has no block to score: at the run's floor, and below the worst parseable
+        # directive of the same batch
+        low = min([*([] if floor is None else [floor]), *(s - 1.0 for s in scores.values())], default=0.0)
+        return [scores.get(i, low) for i in range(len(branches))]
 
     def directive_format(prompts, completions, **_) -> list[float]:
         for c in completions:
@@ -127,8 +140,11 @@ def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas
         units = [BLOCK.unit(f"{b.query_id}|watch", {"episode_id": f"{b.query_id}|watch", "query_id": b.query_id,
                                                      "prefix_id": b.query_id, "branch": 0},
                             team, b.context, turn_messages(b.turns), None if b.valid else "empty block") for b in branches]
+        # length is the block's words, what the judge reads (a directive's own words are not): the watch's
+        # equal-length figure is then evaluate_group's
+        words = [sum(len(t["text"].split()) for t in b.turns if t["role"] == "agent") for b in branches]
         return (directives, [rm_valid.get(i) for i in range(len(branches))], judged(units),
-                {**kl, "judge_dimensions": judged.dimensions(units)})
+                {**kl, "judge_dimensions": judged.dimensions(units), "length": words})
     described = [{"probe": q["query_id"], "persona": None, "prompt": q["context"][-1]["content"]} for q in probes]
     return Watch(answer, w.every_steps, w.judge_margin, w.stop_when_over_optimising, w.patience, params.stats.min_n,
                  probes=described, max_kl=w.max_kl)
@@ -149,7 +165,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     rm_version, rm_uri, scorer = champion_scorer(rm_name, rm_alias, "train_director", "promote_group")
     personas = load_personas(params.prepare.personas_file)
     queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    rows = director_states(load_jsonl(episodes_path), queries, personas, p)
+    episodes = load_jsonl(episodes_path)
+    rows = director_states(episodes, queries, personas, p)
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     rollout = Sampling(**{**speaker_sampling(params.episodes).__dict__, "max_tokens": p.rollout_max_tokens})
     tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
@@ -157,27 +174,30 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
             "base_model": p.base_model, "granularity": "block", "rubric_aggregate": BLOCK.rubric(params).aggregation,
             **registry.base_model_tags(p.base_model)}
 
-    rewards = make_director_rewards(scorer, speaker, personas, p, rollout, params.episodes.constrain_directives)
+    floor = unparseable_floor(scorer, episodes, queries)
+    rewards = make_director_rewards(scorer, speaker, personas, p, rollout, params.episodes.constrain_directives, floor)
 
     def format_figures(history: list[dict]) -> dict:
         # the policy samples freely (its format reward teaches the form): this is its unconstrained parse rate
         fmt = [h.get("rewards/directive_format/mean") for h in history]
         return {"directive_format_first_step": fmt[0] if fmt else None,
                 "directive_format_last_step": fmt[-1] if fmt else None,
-                "completion_kinds": dict(rewards[1].completion_kinds)}
+                "completion_kinds": dict(rewards[1].completion_kinds), "unparseable_floor": floor}
 
     series = {plots_path: ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
                            "rewards/speaker_diversity/mean", "completions/mean_length", "reward_std",
                            "frac_reward_zero_std", "completions/clipped_ratio"]}
 
-    judge = make_judge(params) if p.watch.enabled and is_main_process() else None
+    judge = make_judge(params, "block") if p.watch.enabled and is_main_process() else None
     try:
         watch = director_watch(params, p, queries, personas, scorer, speaker, judge, rollout) if judge else None
         stage = PolicyStage(
             "train_director", p, params.mlflow.director_experiment,
             "LoRA Director policy (one directive per completion) trained with GRPO", rewards,
             [p.reward_weight, p.format_weight, p.diversity_weight], tags, out_dir, metrics_path, series,
-            format_figures, watch=watch, watch_plot=watch_plot, inputs=[(episodes_path, "train")])
+            format_figures, watch=watch, watch_plot=watch_plot, inputs=[(episodes_path, "train")],
+            completion_regex=directive_pattern(list(personas), p.prompt_style == "transcript")
+            if p.constrain_rollouts else None)
         metrics, version = run_policy_stage(params, stage, rows)
     finally:
         speaker.close()

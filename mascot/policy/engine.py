@@ -21,6 +21,7 @@ from mascot.config import GRPOParams
 from mascot.io import InputError, write_json
 from mascot.launch import is_main_process, rank_tag, world_size
 from mascot.llm.identity import folder_digest
+from mascot.llm.local_backend import compile_grammar
 from mascot.policy.watch import OVER, Watch
 from mascot.reward.scorer import RewardScorer
 from mascot.trainer_args import build_config
@@ -61,12 +62,30 @@ def head_on_completions_only() -> None:
     trl_utils._use_triton = compact
 
 
+def constrain_generation(model, tokenizer, regex: str) -> None:
+    """Have `model.generate` (TRL's rollouts without vLLM) decode under `regex` (xgrammar): each completion
+    matches it, then ends in the tokenizer's EOS, the stop token TRL's completion mask looks for. The loss is
+    the policy's own log-probability of the tokens it sampled, as TRL trains with vLLM's structured outputs."""
+    from xgrammar.contrib.hf import LogitsProcessor
+
+    compiled = compile_grammar(tokenizer, model.config.vocab_size, "regex", regex,
+                               stop_token_ids=[tokenizer.eos_token_id])
+    generate = model.generate
+
+    def constrained(*args, **kwargs):
+        # xgrammar's processor keeps matcher state: a fresh one per call
+        kwargs["logits_processor"] = [*(kwargs.get("logits_processor") or []), LogitsProcessor(compiled)]
+        return generate(*args, **kwargs)
+    model.generate = constrained
+
+
 def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
                   checkpoint_dir: Path, callbacks: list | None = None, dtype=None,
-                  report_to: tuple[str, ...] = ("mlflow",)):
+                  report_to: tuple[str, ...] = ("mlflow",), completion_regex: str | None = None):
     """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
     benchmarks/grpo_step.py times it). The frozen base in `dtype` (default: bf16 where native,
-    mascot/precision.py), the LoRA weights in fp32 (PEFT keeps an adapter fp32 on a bf16 base)."""
+    mascot/precision.py), the LoRA weights in fp32 (PEFT keeps an adapter fp32 on a bf16 base).
+    `completion_regex`: every rollout decodes under it (vLLM's structured outputs, or xgrammar in-process)."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
@@ -88,10 +107,14 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
         raise InputError(f"prompts_per_step x num_generations = {per_step} completions a step do not split over "
                          f"{world_size()} processes; make it a multiple of num_processes")
     config = grpo_config(params, checkpoint_dir, per_step // world_size(), reward_weights, on_gpu, report_to)
+    if completion_regex and config.use_vllm:
+        config.vllm_structured_outputs_regex = completion_regex
     lora = LoraConfig(task_type="CAUSAL_LM", r=params.lora.r, lora_alpha=params.lora.alpha,
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=reward_funcs,
                           train_dataset=Dataset.from_list(rows), peft_config=lora, callbacks=callbacks)
+    if completion_regex and not config.use_vllm:
+        constrain_generation(trainer.model, tokenizer, completion_regex)
     sampler_of = trainer._get_train_sampler
     trainer._get_train_sampler = lambda *a, **k: EpochSampler(sampler_of(*a, **k))
     return trainer, tokenizer
@@ -122,7 +145,8 @@ class EpochSampler(torch.utils.data.Sampler):
 
 
 def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
-                 out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None) -> dict:
+                 out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None,
+                 completion_regex: str | None = None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
     the columns the reward functions read; `watch` (mascot/policy/watch.py) checks the policy as it trains."""
     stage = (meta or {}).get("stage", "grpo")
@@ -130,7 +154,8 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
     callbacks = [checkpoints.callback(watch.save_to if watch is not None else None)]
     if watch is not None:
         callbacks.append(watch.callback(resume))
-    trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir, callbacks)
+    trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir, callbacks,
+                                       completion_regex=completion_regex)
     if resume is not None:
         print(f"{stage}{rank_tag()}: resuming from step {checkpoints.step_of(resume)} of {params.max_steps} "
               f"({resume}): adapter, optimizer, scheduler and RNG states", flush=True)
@@ -213,6 +238,7 @@ class PolicyStage:
     watch: Watch | None = None
     watch_plot: str | None = None  # the watch's CSV
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (file, context) logged as MLflow datasets
+    completion_regex: str | None = None  # rollouts decode under it (the Director's directive grammar)
 
 
 def run_policy_stage(params, stage: PolicyStage, rows: list[dict]) -> tuple[dict, object]:
@@ -230,7 +256,8 @@ def run_policy_stage(params, stage: PolicyStage, rows: list[dict]) -> tuple[dict
     ckpt = checkpoints.checkpoint_dir(name, checkpoints.params_key(params), rows, tags.get("reward_model"),
                                       tags.get("reward_model_version"), folder_digest(p.base_model), world_size())
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
-        train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt, meta={"stage": name})
+        train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt, meta={"stage": name},
+                     completion_regex=stage.completion_regex)
         return None, None
     registry.abandon_incomplete(p.registered_model)
     exp = registry.experiment_id(stage.experiment, params.mlflow.artifact_root)
@@ -249,7 +276,7 @@ def run_policy_stage(params, stage: PolicyStage, rows: list[dict]) -> tuple[dict
                           | {"reward_model": tags["reward_model"], "reward_model_version": tags["reward_model_version"],
                              "prompts": len(rows), "world_size": world_size()})
         result = train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt,
-                              meta={"stage": name}, watch=watch)
+                              meta={"stage": name}, watch=watch, completion_regex=stage.completion_regex)
         history = result["history"]
         metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": tags["reward_model_version"],
                    "reward_first_step": history[0]["reward"] if history else None,

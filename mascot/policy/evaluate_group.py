@@ -21,7 +21,8 @@ from statistics import fmean
 from mascot.annotate.director import block_messages
 from mascot.annotate.episodes import (Branch, DirectorPerBranch, LLMDirector, Sampling, ScriptedDirector, episode_record,
                                       free_parse_rate, roll_forward)
-from mascot.annotate.function_judge import make_judge
+from mascot.annotate.controls import first_speaker, planted_persona
+from mascot.annotate.function_judge import make_judge, scorer_for
 from mascot.annotate.rubric import SCORE_CHOICES
 from mascot.annotate.score import resolve_prompt_style, score_units
 from mascot.data.personas import load_personas
@@ -112,6 +113,25 @@ def block_words(records: list[dict]) -> dict[str, int]:
     return {e["query_id"]: sum(len(t["text"].split()) for t in e["turns"] if t["role"] == "agent") for e in records}
 
 
+def planted_feature(records: list[dict], persona: str) -> dict[str, float]:
+    """Per query: 1 where the conversation's first companion turn is `persona`'s (a stage-2 control's planted
+    feature: the Director gave it the floor), else 0 (a failed conversation too)."""
+    return {e["query_id"]: float(e["valid"] and first_speaker({"granularity": "block",
+                                                               "block": block_messages(e["turns"])}) == persona)
+            for e in records}
+
+
+def planted_figures(features: dict[str, dict[str, float]], persona: str, min_n: int) -> dict:
+    """The planted feature's rate per condition (mean, interval, n) and trained minus base and minus random,
+    paired by conversation."""
+    out = {"persona": persona, "rate": {c: mean_with_ci(list(f.values()), null=None, min_n=min_n)
+                                          for c, f in features.items()}}
+    for other in ("base", "random"):
+        if "trained" in features and other in features:
+            out[f"trained_minus_{other}"] = paired_vs(features[other], features["trained"], min_n)
+    return out
+
+
 def build_directors(params, personas: dict, director_dir: str) -> dict:
     """Each condition's Director: the trained and the base policy (decoding as train_director trained it),
     or a scripted one (random, round-robin, ...)."""
@@ -199,6 +219,14 @@ def describe_results(results: dict, conditions: list[str], queries: int, agent_t
     if "trained_minus_base_unconstrained_parse_rate" in results:
         lines.append("  trained - base, parse rate without the grammar, paired by conversation: "
                      f"{describe(results['trained_minus_base_unconstrained_parse_rate'], min_n)}")
+    if "planted_feature" in results:
+        fig = results["planted_feature"]
+        lines.append(f"  the planted feature ({fig['persona']} has the floor first), rate per condition: " + "; ".join(
+            f"{c} {describe(r, min_n)}" for c, r in fig["rate"].items()))
+        for other in ("base", "random"):
+            if f"trained_minus_{other}" in fig:
+                lines.append(f"  trained - {other}, planted feature, paired: "
+                             f"{describe(fig[f'trained_minus_{other}'], min_n)}")
     for c, fig in results.get("minus_random_collective_total", {}).items():
         lines.append(f"  {c} - random, collective total with failures, paired: {describe(fig, min_n)}")
         if "equal_length" in fig:
@@ -255,7 +283,9 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                                                          "promote_group")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     speaker = make_backend(params.llm.speaker, "llm.speaker")
-    judge = make_judge(params)
+    # the collective judge (score_group.scorer where set) and the per-reply one: one backend where they are one
+    judge = make_judge(params, "block")
+    reply_judge = make_judge(params) if params.score_group.scorer is not None else judge
     style = resolve_prompt_style(params.score)
     director_version = read_json(Path(director_dir) / "registered.json", "run train_director first")
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
@@ -270,14 +300,19 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     free = (unconstrained_parse_rates(directors, queries, p.unconstrained_samples, d.temperature)
             if p.measure_unconstrained else {})
     rubrics = (BLOCK.rubric(params), REPLY.rubric(params))
-    results, records_all, totals, words = {}, [], {}, {}
+    results, records_all, totals, words, features = {}, [], {}, {}, {}
+    persona = planted_persona(scorer_for(params, "block"))
     for condition in p.conditions:
         records = [episode_record(b, by_q[b.query_id].get("source"), {"director": directors[condition].name,
                                                                        "speaker": speaker.model_name},
                                   sampling.__dict__) for b in branches[condition]]
         metrics, totals[condition], judged = judge_condition(
             records, by_q, personas, rubrics,
-            lambda units, rubric: score_units(units, rubric, params.score, judge, prompt_style=style), scorer.score)
+            lambda units, rubric: score_units(units, rubric, params.score, judge if rubric is rubrics[0] else reply_judge,
+                                              prompt_style=style), scorer.score)
+        if persona:  # a stage-2 control: the rate of what its judge plants, beside the judge's own figures
+            features[condition] = planted_feature(records, persona)
+            metrics["planted_feature_rate"] = round(fmean(features[condition].values()), 4) if records else None
         if condition in free:
             metrics.update(directive_parse_rate_unconstrained=free[condition]["parse_rate"],
                            unconstrained_invalid_reasons=free[condition]["invalid_reasons"])
@@ -292,13 +327,16 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
         records_all += [{"condition": condition, **e} for e in judged]
     if (free_vs := trained_minus_base_parse_rate(free, params.stats.min_n)) is not None:
         results["trained_minus_base_unconstrained_parse_rate"] = free_vs
+    if persona:
+        results["planted_feature"] = planted_figures(features, persona, params.stats.min_n)
     if "random" in totals:
         conversation = {q["query_id"]: conversation_of(q) for q in queries}
         results["minus_random_collective_total"] = {
             c: paired_vs(totals["random"], t, params.stats.min_n, (words["random"], words[c]), conversation)
             for c, t in totals.items() if c != "random"}
     speaker.close()
-    judge.close()
+    for backend in {id(judge): judge, id(reply_judge): reply_judge}.values():
+        backend.close()
     write_json(metrics_path, results)
     write_jsonl(out_path, records_all)
     for line in describe_results(results, p.conditions, len(queries), p.agent_turns, params.stats.min_n):

@@ -56,10 +56,12 @@ PER_PROBE_EXTRAS = ("kl", "kl_token", "judge_dimensions")  # measured where a st
 def probe_row(step: int, answers: list[str], rm: list[float], judge: list[float | None],
               extra: dict[str, list] | None = None) -> dict:
     """One check: the per-probe figures and their means. `extra` (per probe, where the stage measured them):
-    "kl" (nats per completion), "kl_token" (nats per token) and "judge_dimensions" (the judge's ratings)."""
+    "kl" (nats per completion), "kl_token" (nats per token), "judge_dimensions" (the judge's ratings) and
+    "length" (the words of what the judge read, where that is not the answer: a Director's rolled-forward block)."""
     extra = extra or {}
     row = {"step": step, "answers": answers, "reward_model": [None if x is None else round(x, 4) for x in rm],
-           "judge": judge, "length": [len(a.split()) for a in answers], "distinct_2": [distinct_2(a) for a in answers],
+           "judge": judge, "length": extra.get("length") or [len(a.split()) for a in answers],
+           "distinct_2": [distinct_2(a) for a in answers],
            **{k: extra.get(k) or [None] * len(answers) for k in PER_PROBE_EXTRAS}}
     for fig in FIGURES:
         vals = [v for v in row[fig] if v is not None]
