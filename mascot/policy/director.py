@@ -178,7 +178,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     rewards = make_director_rewards(scorer, speaker, personas, p, rollout, params.episodes.constrain_directives, floor)
 
     def format_figures(history: list[dict]) -> dict:
-        # the policy samples freely (its format reward teaches the form): this is its unconstrained parse rate
+        # the policy samples freely (its format reward teaches the form): this is its unconstrained parse rate;
+        # 1.0 by construction under train_director.constrain_rollouts
         fmt = [h.get("rewards/directive_format/mean") for h in history]
         return {"directive_format_first_step": fmt[0] if fmt else None,
                 "directive_format_last_step": fmt[-1] if fmt else None,

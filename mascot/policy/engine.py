@@ -65,7 +65,8 @@ def head_on_completions_only() -> None:
 def constrain_generation(model, tokenizer, regex: str) -> None:
     """Have `model.generate` (TRL's rollouts without vLLM) decode under `regex` (xgrammar): each completion
     matches it, then ends in the tokenizer's EOS, the stop token TRL's completion mask looks for. The loss is
-    the policy's own log-probability of the tokens it sampled, as TRL trains with vLLM's structured outputs."""
+    the policy's own log-probability of the tokens it sampled, as TRL trains with vLLM's structured outputs. The
+    watch samples from this same model object, so it decodes under the grammar too, as the rollouts do."""
     from xgrammar.contrib.hf import LogitsProcessor
 
     compiled = compile_grammar(tokenizer, model.config.vocab_size, "regex", regex,
