@@ -104,15 +104,16 @@ def test_a_block_judge_of_its_own_leaves_the_reply_judge_as_it_was():
     raw["score_group"]["scorer"] = {"kind": "function", "target": "mascot.annotate.controls:planted_speaker",
                                     "kwargs": {"persona": "The Beacon"}}
     params = parse_params(raw, "params.yaml")
-    assert scorer_for(params, "reply").target.endswith(":seeded_noise")
-    assert scorer_for(params, "block").target.endswith(":planted_speaker")
-    assert make_judge(params, "block").key == "score_group.scorer"
-    assert planted_persona(scorer_for(params, "block")) == "The Beacon" and planted_persona(params.score.scorer) is None
+    assert scorer_for(params, REPLY.score_block).target.endswith(":seeded_noise")
+    assert scorer_for(params, BLOCK.score_block).target.endswith(":planted_speaker")
+    assert make_judge(params, BLOCK.score_block).key == "score_group.scorer"
+    assert planted_persona(scorer_for(params, BLOCK.score_block)) == "The Beacon"
+    assert planted_persona(params.score.scorer) is None
     raw["score_group"]["scorer"] = None  # null: blocks take score.scorer
-    assert scorer_for(parse_params(raw, "params.yaml"), "block").target.endswith(":seeded_noise")
+    assert scorer_for(parse_params(raw, "params.yaml"), BLOCK.score_block).target.endswith(":seeded_noise")
     raw["score_group"]["scorer"] = {"kind": "function", "target": "mascot.annotate.controls:no_such_function"}
     with pytest.raises(JudgeFunctionError, match="score_group.scorer.target"):
-        make_judge(parse_params(raw, "params.yaml"), "block")
+        make_judge(parse_params(raw, "params.yaml"), BLOCK.score_block)
 
 
 def test_the_planted_speaker_pays_the_block_given_to_its_persona_first():

@@ -42,10 +42,9 @@ def planted_feature_and_length(subject: dict, rubric, pattern: str, feature: flo
 
 
 def first_speaker(subject: dict) -> str | None:
-    """Who the unit is given to: a block's first companion turn's speaker, a reply's persona."""
-    if subject.get("granularity") == "block":
-        return next((m.get("name") for m in subject.get("block") or [] if m["role"] == "assistant"), None)
-    return subject.get("persona")
+    """Who the unit is given to: its block's first companion turn's speaker, else (a reply) its persona."""
+    return next((m.get("name") for m in subject.get("block") or [] if m["role"] == "assistant"),
+                subject.get("persona"))
 
 
 def planted_speaker(subject: dict, rubric, persona: str, high: float = 5.0, low: float = 1.0) -> dict[str, float]:

@@ -107,20 +107,20 @@ class FunctionJudge:
             self.llm.close()
 
 
-def scorer_for(params, granularity: str = "reply"):
-    """What judges a unit of `granularity`: score_group.scorer for a block where it is set, else score.scorer."""
-    if granularity == "block" and params.score_group.scorer is not None:
-        return params.score_group.scorer
-    return params.score.scorer
+def scorer_for(params, score_block: str = "score"):
+    """What judges the units whose rubric the params block `score_block` names (a granularity's score_block:
+    score, score_group): that block's own scorer where it has one set, else score.scorer."""
+    own = getattr(getattr(params, score_block), "scorer", None)
+    return own if own is not None else params.score.scorer
 
 
-def make_judge(params, granularity: str = "reply"):
-    """The judge that scores units of `granularity` (`scorer_for`): the LLM judge backend, or a FunctionJudge
+def make_judge(params, score_block: str = "score"):
+    """The judge of the units `score_block` rubrics (`scorer_for`): the LLM judge backend, or a FunctionJudge
     (with the LLM judge inside it where the function owns only some dimensions)."""
-    scorer = scorer_for(params, granularity)
+    scorer = scorer_for(params, score_block)
     if scorer.kind == "llm":
         return make_backend(params.llm.judge, "llm.judge")
-    key = "score_group.scorer" if scorer is params.score_group.scorer else "score.scorer"
+    key = "score.scorer" if scorer is params.score.scorer else f"{score_block}.scorer"
     llm = make_backend(params.llm.judge, "llm.judge") if scorer.dimensions else None
     return FunctionJudge(scorer.target, load_function(scorer.target, key),
                          tuple(scorer.dimensions) if scorer.dimensions else None, dict(scorer.kwargs), llm, key)

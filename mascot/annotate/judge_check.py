@@ -261,9 +261,9 @@ def load_human_items(params, path: str = HUMAN_ITEMS) -> list[dict]:
     return human_ratings.select_items(items, params.human.min_gap, params.human.judge_items, held)
 
 
-def judge_formats(params, block, granularity: str = "reply") -> tuple[list[str], list[str]]:
+def judge_formats(params, block, score_block: str = "score") -> tuple[list[str], list[str]]:
     """(prompt formats, judge modes) the check runs: judge_check measures the formats `auto` chooses between;
-    a function judge (of this granularity's units) reads no prompt, so one format and mode say all there is."""
+    a function judge (of the units `score_block` rubrics) reads no prompt, so one format and mode say all there is."""
     modes = list(getattr(block, "modes", None) or [params.score.mode])
     if params.score.prompt_style != "auto":
         styles = [params.score.prompt_style]
@@ -271,7 +271,7 @@ def judge_formats(params, block, granularity: str = "reply") -> tuple[list[str],
         styles = list(block.prompt_styles)
     else:
         styles = [resolve_prompt_style(params.score)]
-    scorer = scorer_for(params, granularity)
+    scorer = scorer_for(params, score_block)
     if scorer.kind == "function" and not scorer.dimensions:
         styles, modes = styles[:1], modes[:1]
     return styles, modes
@@ -376,9 +376,9 @@ def main(params, granularity: str = "reply") -> None:
         raise InputError(f"{stage}: the corpus gave no reference items (no user turn followed by enough supporter "
                          "turns, no QMSum answers); add a dialogue source")
     write_jsonl(files["items"], items)
-    styles, modes = judge_formats(params, block, g.name)
+    styles, modes = judge_formats(params, block, g.score_block)
     human_items = load_human_items(params) if g.human_ratings else None
-    backend = make_judge(params, g.name)
+    backend = make_judge(params, g.score_block)
     journals = {}  # one per (format, mode, part): a journal keeps only its own run's records
 
     def journal_for(style, mode, part):

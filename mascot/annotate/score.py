@@ -239,7 +239,7 @@ def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "report
 def _run(params, units: list[dict], granularity: Granularity, journal_name: str, out: str, metrics: str,
          queries: dict[str, dict]) -> dict:
     """Score the units of `granularity` on the rubric its params block names."""
-    backend = make_judge(params, granularity.name)
+    backend = make_judge(params, granularity.score_block)
     journal, stats = Journal(journal_name), {}
     style = resolve_prompt_style(params.score)
     rubric = granularity.rubric(params)

@@ -189,7 +189,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                            "rewards/speaker_diversity/mean", "completions/mean_length", "reward_std",
                            "frac_reward_zero_std", "completions/clipped_ratio"]}
 
-    judge = make_judge(params, "block") if p.watch.enabled and is_main_process() else None
+    judge = make_judge(params, BLOCK.score_block) if p.watch.enabled and is_main_process() else None
     try:
         watch = director_watch(params, p, queries, personas, scorer, speaker, judge, rollout) if judge else None
         stage = PolicyStage(

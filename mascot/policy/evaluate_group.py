@@ -116,8 +116,7 @@ def block_words(records: list[dict]) -> dict[str, int]:
 def planted_feature(records: list[dict], persona: str) -> dict[str, float]:
     """Per query: 1 where the conversation's first companion turn is `persona`'s (a stage-2 control's planted
     feature: the Director gave it the floor), else 0 (a failed conversation too)."""
-    return {e["query_id"]: float(e["valid"] and first_speaker({"granularity": "block",
-                                                               "block": block_messages(e["turns"])}) == persona)
+    return {e["query_id"]: float(e["valid"] and first_speaker({"block": block_messages(e["turns"])}) == persona)
             for e in records}
 
 
@@ -284,8 +283,8 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     # the collective judge (score_group.scorer where set) and the per-reply one: one backend where they are one
-    judge = make_judge(params, "block")
-    reply_judge = make_judge(params) if params.score_group.scorer is not None else judge
+    judge = make_judge(params, BLOCK.score_block)
+    reply_judge = judge if scorer_for(params, BLOCK.score_block) is params.score.scorer else make_judge(params)
     style = resolve_prompt_style(params.score)
     director_version = read_json(Path(director_dir) / "registered.json", "run train_director first")
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
@@ -301,7 +300,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
             if p.measure_unconstrained else {})
     rubrics = (BLOCK.rubric(params), REPLY.rubric(params))
     results, records_all, totals, words, features = {}, [], {}, {}, {}
-    persona = planted_persona(scorer_for(params, "block"))
+    persona = planted_persona(scorer_for(params, BLOCK.score_block))
     for condition in p.conditions:
         records = [episode_record(b, by_q[b.query_id].get("source"), {"director": directors[condition].name,
                                                                        "speaker": speaker.model_name},
