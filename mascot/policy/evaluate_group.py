@@ -334,8 +334,9 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
             c: paired_vs(totals["random"], t, params.stats.min_n, (words["random"], words[c]), conversation)
             for c, t in totals.items() if c != "random"}
     speaker.close()
-    for backend in {id(judge): judge, id(reply_judge): reply_judge}.values():
-        backend.close()
+    judge.close()
+    if reply_judge is not judge:
+        reply_judge.close()
     write_json(metrics_path, results)
     write_jsonl(out_path, records_all)
     for line in describe_results(results, p.conditions, len(queries), p.agent_turns, params.stats.min_n):
