@@ -151,10 +151,6 @@ def group_negative(negative):
     return work, env
 
 
-def _feature_rate(work, condition: str) -> float:
-    return _metrics(work, "evaluate_group")["planted_feature"]["rate"][condition]["mean"]
-
-
 def test_group_positive_control_the_group_reward_model_learns_who_has_the_floor(group_positive):
     work, _ = group_positive
     episodes = [json.loads(line) for line in (work / "data/group/episodes.jsonl").read_text().splitlines()]
