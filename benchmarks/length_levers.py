@@ -12,9 +12,10 @@ not longer) and on the held-out human pairs (raw, at equal length, not longer). 
 reports/length-levers-models/ keyed on their pairs and block: run it again to resume.
 
 `--grpo` copies the workdir once per setting (cp -a: its DVC cache, registry and models) and runs `dvc repro
-evaluate` there with the setting's params: the default, `grpo.length_calibration` (fitted on the base policy, and
-within each group), a KL term to the base policy (`beta`), TRL's `mask_truncated_completions`. For each: GRPO -
-base on the held-out probes in words, the judge's total raw and at equal length, the reward model's, and the watch's verdict. Results land in
+evaluate` there with the setting's params (`--settings` picks some): the workdir's own (`default`), every lever off,
+and each alone: `grpo.length_calibration` fitted on the base policy or within each group, a KL term to the base
+policy (`beta`), TRL's `mask_truncated_completions`. For each: GRPO - base on the held-out probes in words, the
+judge's total raw and at equal length, the reward model's, and the watch's verdict. Results land in
 reports/length_levers.json (relative to the workdir) as each is measured.
 """
 from __future__ import annotations
@@ -31,12 +32,15 @@ import time
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# each lever alone against "off" (the default's other settings kept); "default" is the workdir's params as they are
+OFF = {"length_calibration": {"enabled": False}}
 GRPO_SETTINGS = {
     "default": {},
-    "length_calibration": {"grpo": {"length_calibration": {"enabled": True}}},
-    "length_within_group": {"grpo": {"length_calibration": {"enabled": True, "method": "within_group"}}},
-    "beta_0.04": {"grpo": {"beta": 0.04}},
-    "mask_truncated": {"grpo": {"trainer_args": {"mask_truncated_completions": True}}},
+    "off": {"grpo": OFF},
+    "base_policy_fit": {"grpo": {"length_calibration": {"enabled": True, "method": "base_policy_fit"}}},
+    "within_group": {"grpo": {"length_calibration": {"enabled": True, "method": "within_group"}}},
+    "beta_0.04": {"grpo": {**OFF, "beta": 0.04}},
+    "mask_truncated": {"grpo": {**OFF, "trainer_args": {"mask_truncated_completions": True}}},
 }
 RM_FIGURES = ("eval_pairs", "eval_score_length_pearson", "eval_accuracy", "eval_accuracy_ci_low",
               "eval_accuracy_ci_high", "eval_accuracy_equal_length", "eval_accuracy_equal_length_ci_low",
@@ -91,14 +95,14 @@ def train_reward_models(params, personas, work: Path, report: dict, report_path:
             print(json.dumps({name: figures}, indent=1), flush=True)
 
 
-def run_grpo_settings(workdir: Path, report: dict, report_path: str) -> None:
+def run_grpo_settings(workdir: Path, report: dict, report_path: str, only: list[str] | None = None) -> None:
     from benchmarks.pipeline_copy import pipeline_env
     from mascot.io import write_json
     from mascot.profiles import merge_params
 
     report.setdefault("grpo", {})
     for name, blocks in GRPO_SETTINGS.items():
-        if name in report["grpo"]:
+        if name in report["grpo"] or (only and name not in only):
             continue
         copy = workdir.parent / f"{workdir.name}-levers-{name}"
         if not copy.exists():
@@ -120,7 +124,8 @@ def run_grpo_settings(workdir: Path, report: dict, report_path: str) -> None:
                                 "judge_total_equal_length": d["judge_total"]["equal_length"],
                                 "rm_score": {k: v for k, v in d["rm_score"].items() if k != "equal_length"},
                                 "judge_gain_is": ev.get("judge_gain_is"), "watch_verdict": grpo.get("watch_verdict"),
-                                "length_calibration_slope_per_word": grpo.get("length_calibration_slope_per_word")}
+                                **{k: grpo.get(k) for k in ("length_calibration_slope_per_word",
+                                                            "length_calibration_active", "length_calibration_trend_p")}}
         write_json(report_path, report)
         print(json.dumps({name: report["grpo"][name]}, indent=1), flush=True)
         shutil.rmtree(copy, ignore_errors=True)
@@ -131,6 +136,7 @@ def main() -> int:
     parser.add_argument("--workdir", required=True, help="a pipeline whose evaluate stage has run")
     parser.add_argument("--rm", action="store_true", help="train and measure the reward-model variants")
     parser.add_argument("--grpo", action="store_true", help="run each GRPO setting in a copy of the workdir")
+    parser.add_argument("--settings", nargs="*", choices=sorted(GRPO_SETTINGS), help="only these GRPO settings")
     parser.add_argument("--report", default="reports/length_levers.json", help="relative to the workdir")
     args = parser.parse_args()
     workdir = Path(args.workdir).resolve()
@@ -145,7 +151,7 @@ def main() -> int:
         train_reward_models(params, load_personas(params.prepare.personas_file), Path("reports/length-levers-models"),
                             report, args.report)
     if args.grpo:
-        run_grpo_settings(workdir, report, str(workdir / args.report))
+        run_grpo_settings(workdir, report, str(workdir / args.report), args.settings)
     return 0
 
 

@@ -470,8 +470,9 @@ class LengthCalibrationParams(Block):
     of `degree` in the reply's words is fitted to the reward model's scores of those answers, and GRPO is paid the
     score minus that fit. `within_group`: each prompt's group of completions has its own least-squares slope of
     score on words taken off, so no completion gains advantage by its words within its group (no fit to go stale
-    as the policy leaves the base policy's lengths; `samples` and `degree` unused)."""
-    enabled: bool = False
+    as the policy leaves the base policy's lengths; `samples` and `degree` unused). On by default: it only takes
+    pay off a rising trend, so where the reward model pays no word it costs 32 base answers and nothing else."""
+    enabled: bool = True
     method: Literal["base_policy_fit", "within_group"] = "base_policy_fit"
     samples: int = Field(32, ge=4)
     degree: int = Field(1, ge=1, le=3)
@@ -522,6 +523,7 @@ class DirectorParams(GRPOParams):
     # decodes the trained Director: the policy learns whom to choose and what to ask, not the form (false: it
     # samples freely and its format reward teaches the form; a small random model never finds it)
     constrain_rollouts: bool = False
+    length_calibration: LengthCalibrationParams = LengthCalibrationParams(enabled=False)
 
     @field_validator("length_calibration")
     @classmethod

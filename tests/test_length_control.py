@@ -105,7 +105,7 @@ def test_the_director_refuses_a_length_calibration_by_its_key(repo_root):
     from mascot.config import ConfigError, parse_params
 
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
-    assert parse_params(raw).grpo.length_calibration.enabled is False
+    assert parse_params(raw).grpo.length_calibration.enabled is True  # the shipped default
     raw["train_director"]["length_calibration"] = {"enabled": True}
     with pytest.raises(ConfigError, match=r"train_director\.length_calibration"):
         parse_params(raw)
