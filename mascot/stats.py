@@ -163,14 +163,17 @@ def _ols_intercepts(sums: np.ndarray) -> np.ndarray:
 def equal_length_difference(diffs: list[float], length_diffs: list[float], clusters: list[str] | None = None,
                             lengths: list[tuple[float, float]] | None = None, unit: str = "words",
                             null: float = 0.0, seed: int = 0, rounds: int = 2000, min_n: int = DEFAULT_MIN_N,
-                            min_overlap: float = MIN_LENGTH_OVERLAP, match_within: float = LENGTH_MATCH_WITHIN) -> dict:
+                            min_overlap: float = MIN_LENGTH_OVERLAP, match_within: float = LENGTH_MATCH_WITHIN,
+                            bounds: tuple[float, float] | None = None) -> dict:
     """A paired difference (or a win, 1/0/0.5) at equal length: the intercept of the per-item difference regressed
     on the per-item length difference (`unit`), its 95% percentile bootstrap interval over `clusters` (items
     resampled whole with their cluster: a conversation's items share a person and a mood), the slope (what one
     more `unit` is worth), n, and `overlap`, the share of items on the minority side of equal length (at it
     included): under `min_overlap` the intercept is `extrapolated`. Where the lengths do not vary it is the plain
     mean if they are all equal, else None. With `lengths` (each item's two lengths) also the length-matched
-    subset: items whose lengths differ by at most `match_within` of the longer, its mean, interval and n."""
+    subset: items whose lengths differ by at most `match_within` of the longer, its mean, interval and n.
+    `bounds`: the range the figure lives in (an accuracy's [0, 1]); a straight line's intercept and its bootstrap
+    replicates can leave it on a few pairs, so they are held to it and `held_to_bounds` says so."""
     y, x = np.asarray(diffs, dtype=float), np.asarray(length_diffs, dtype=float)
     clusters = list(clusters) if clusters is not None else [str(k) for k in range(len(y))]
     n = len(y)
@@ -200,6 +203,11 @@ def equal_length_difference(diffs: list[float], length_diffs: list[float], clust
                 if len(boot) >= rounds // 2:  # most replicates had lengths that vary
                     lo, hi = np.quantile(boot, [0.025, 0.975])
                     out["ci_low"], out["ci_high"] = round(float(lo), 4), round(float(hi), 4)
+        if bounds is not None:
+            held = {k: min(max(out[k], bounds[0]), bounds[1]) for k in ("mean", "ci_low", "ci_high")
+                    if out[k] is not None}
+            out["held_to_bounds"] = any(held[k] != out[k] for k in held)
+            out.update(held)
     if lengths is not None:
         keep = [k for k, (a, b) in enumerate(lengths) if abs(a - b) <= match_within * max(a, b, 1)]
         fig = cluster_mean_with_ci([float(y[k]) for k in keep], [clusters[k] for k in keep], null=null, min_n=min_n) \
@@ -229,6 +237,8 @@ def describe_equal_length(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:
         text += f" ({TOO_FEW}: n < {min_n})"
     if fig.get("slope") is not None:
         text += f", {fig['slope']:+.4g} a {fig['unit'].rstrip('s')}"
+    if fig.get("held_to_bounds"):
+        text += " (the line's intercept left the figure's range and is held to it: read it as its bound)"
     if fig.get("extrapolated"):
         text += (f"; EXTRAPOLATED: only {fig['overlap']:.0%} of items at or past equal length, "
                  "the line is drawn beyond the data")

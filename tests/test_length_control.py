@@ -185,3 +185,19 @@ def test_the_calibration_never_pays_for_words_and_leaves_noise_alone():
     rising = LengthCalibration(list(words), list(0.05 * words + rng.normal(0, 0.2, 32)))
     assert rising.active and rising.figures()["length_calibration_trend_p"] < 0.05
     assert rising.adjust([1.0], [80])[0] < 1.0 - 0.04 * (80 - rising.reference)
+
+
+def test_an_accuracy_at_equal_length_stays_an_accuracy():
+    """A win regressed on a few pairs' length differences can put the intercept and its bootstrap replicates
+    past 1 (the CPU default's 10 eval pairs read 0.70 [0.45, 2.0]); an accuracy is held to [0, 1] and says so."""
+    from mascot.stats import describe_equal_length, equal_length_difference
+
+    wins, gaps = [1, 1, 1, 1, 0, 0, 1, 0], [1, 1, 2, 3, 8, 9, 2, 7]
+    free = equal_length_difference(wins, gaps, [f"c{k}" for k in range(8)], null=0.5)
+    held = equal_length_difference(wins, gaps, [f"c{k}" for k in range(8)], null=0.5, bounds=(0.0, 1.0))
+    assert free["mean"] > 1 and free["ci_high"] > 1
+    assert held["mean"] == held["ci_high"] == 1.0 and held["held_to_bounds"] is True
+    assert 0 <= held["ci_low"] <= held["mean"] <= 1 and held["slope"] == free["slope"]
+    assert "held to it" in describe_equal_length(held)
+    inside = equal_length_difference([1, 0, 1, 0, 1, 1], [1, -1, 2, -2, 0, 1], bounds=(0.0, 1.0))
+    assert inside["held_to_bounds"] is False

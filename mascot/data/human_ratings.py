@@ -117,7 +117,8 @@ def _equal_length_figure(pairs: list[tuple[dict, dict]], score: dict[str, float]
     wins = pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
     return equal_length_difference(wins, [hi["words"] - lo["words"] for hi, lo in pairs],
                                    [hi["conversation_id"] for hi, _ in pairs],
-                                   lengths=[(hi["words"], lo["words"]) for hi, lo in pairs], null=0.5, min_n=min_n)
+                                   lengths=[(hi["words"], lo["words"]) for hi, lo in pairs], null=0.5, min_n=min_n,
+                                   bounds=(0.0, 1.0))
 
 
 def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimension: dict[str, dict] | None = None,

@@ -55,7 +55,7 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
         words = [(side_words(p["chosen"]), side_words(p["rejected"])) for p in pairs]
         out.update(equal_length_figures(equal_length_difference(
             pairwise_wins(chosen_scores, rejected_scores), [c - r for c, r in words], clusters, lengths=words, null=0.5,
-            min_n=min_n), "accuracy_equal_length"))
+            min_n=min_n, bounds=(0.0, 1.0)), "accuracy_equal_length"))
         # the model's taste for length: Pearson of its score with words over the eval replies (each once)
         by_reply = {}
         for i, (p, w, c, r) in enumerate(zip(pairs, words, chosen_scores, rejected_scores)):
