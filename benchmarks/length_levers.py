@@ -125,7 +125,9 @@ def run_grpo_settings(workdir: Path, report: dict, report_path: str, only: list[
                                 "rm_score": {k: v for k, v in d["rm_score"].items() if k != "equal_length"},
                                 "judge_gain_is": ev.get("judge_gain_is"), "watch_verdict": grpo.get("watch_verdict"),
                                 **{k: grpo.get(k) for k in ("length_calibration_slope_per_word",
-                                                            "length_calibration_active", "length_calibration_trend_p")}}
+                                                            "length_calibration_active", "length_calibration_trend_p",
+                                                            "mean_clipped_ratio", "watch_n", "watch_length_change",
+                                                            "watch_judge_change", "watch_judge_equal_length_change")}}
         write_json(report_path, report)
         print(json.dumps({name: report["grpo"][name]}, indent=1), flush=True)
         shutil.rmtree(copy, ignore_errors=True)
