@@ -174,6 +174,28 @@ def verdicts(judge_check: dict, rm: dict, grpo: dict, evaluate: dict) -> list[st
     return lines
 
 
+CONTRASTS = {"ref_gt_echo": "an echo chamber", "ref_gt_off_topic": "an off-topic block", "ref_gt_redundant": "a redundant block"}
+
+
+def collective_judge_lines(jcg: dict) -> list[str]:
+    """The collective judge on its reference set, each contrast with interval and n, and what stage 2's figures rest
+    on: below a lower bound of 0.5 against the echo chamber, chance (every collective figure after it is read so)."""
+    if not jcg:
+        return ["- not measured (no reports/figures/judge_check_group.json)"]
+    lines = [f"- human block > {name}: {_interval(jcg, key)}" for key, name in CONTRASTS.items() if key in jcg]
+    told = [name for key, name in CONTRASTS.items() if (jcg.get(f"{key}_ci_low") or 0) > 0.5]
+    untold = [name for key, name in CONTRASTS.items() if key in jcg and name not in told]
+    n = jcg.get("ref_gt_echo_n")
+    if CONTRASTS["ref_gt_echo"] not in told:
+        lines.append(f"- **stage 2's collective figures rest on chance**: the collective judge cannot tell a human "
+                     f"block from an echo chamber (n {n}); the group reward model, the Director's reward and "
+                     "evaluate_group's collective scores learn and measure its noise")
+    else:
+        lines.append(f"- the collective judge tells a human block from {' and '.join(told)} (interval above 0.5, n {n})"
+                     + (f"; not from {' or '.join(untold)}: what stage 2 learns of those rests on chance" if untold else ""))
+    return lines
+
+
 def times_table(attempts: list[dict]) -> list[str]:
     """Each stage's seconds summed over the attempts that ran it (a stage stopped and resumed counts both parts),
     the wall time of all attempts, how many were stopped, and the largest process's peak."""
@@ -210,6 +232,7 @@ def write_report(workdir: Path, attempts: list[dict] | None = None) -> Path:
     promote, grpo, evaluate = _load(workdir, "promote"), _load(workdir, "train_grpo"), _load(workdir, "evaluate")
     group_rm, director, group = _load(workdir, "train_group_rm"), _load(workdir, "train_director"), \
         _load(workdir, "evaluate_group")
+    collective_judge = _load(workdir, "judge_check_group")
     out = [f"# The evidence run ({workdir})", "",
            f"Machine: {os.cpu_count()} cores, {platform.machine()}; profile: profiles/evidence.yaml.", "",
            "## Verdicts (speaker)", "", *verdicts(judge_check, rm, grpo, evaluate), "",
@@ -221,6 +244,8 @@ def write_report(workdir: Path, attempts: list[dict] | None = None) -> Path:
            f"- where the preferred turn is not the longer: {_interval(judge_check, 'human_pairs_controlled')}",
            f"- human > off-topic {_interval(judge_check, 'ref_gt_off_topic')}; human > cold "
            f"{_interval(judge_check, 'ref_gt_cold')}", "",
+           "## The collective judge on its reference set (judge_check_group)", "",
+           *collective_judge_lines(collective_judge), "",
            "## Pairs and the reward models", "",
            f"- pairs: {pairs.get('pairs')} ({pairs.get('train_pairs')} train, {pairs.get('eval_pairs')} eval); train by "
            f"source {pairs.get('train_pairs_by_source')}; chosen longer {pairs.get('chosen_longer_fraction')}",

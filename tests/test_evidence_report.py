@@ -123,3 +123,15 @@ def test_a_stopped_evidence_attempt_is_recorded_and_its_stages_summed_with_the_n
     table = "\n".join(_report().times_table([attempt, resumed]))
     assert f"| score | {attempt['stages'][1]['seconds'] + 10:.0f} |" in table
     assert "all attempts: 2, 1 of them stopped and resumed" in table
+
+
+def test_the_report_says_stage_two_rests_on_chance_when_the_collective_judge_cannot_tell_an_echo():
+    report = _report()
+    chance = {"ref_gt_echo": 0.625, "ref_gt_echo_ci_low": 0.25, "ref_gt_echo_ci_high": 0.875, "ref_gt_echo_n": 8,
+              "ref_gt_off_topic": 0.5, "ref_gt_off_topic_ci_low": 0.25, "ref_gt_off_topic_ci_high": 0.75}
+    assert "rest on chance" in report.collective_judge_lines(chance)[-1]
+    # the evidence judge at 40 items (docs/results.md, 2026-12-04): it tells an echo, not an off-topic block
+    tells_echo = {**chance, "ref_gt_echo": 0.675, "ref_gt_echo_ci_low": 0.525, "ref_gt_echo_n": 40}
+    verdict = report.collective_judge_lines(tells_echo)[-1]
+    assert "tells a human block from an echo chamber" in verdict and "not from an off-topic block" in verdict
+    assert report.collective_judge_lines({}) == ["- not measured (no reports/figures/judge_check_group.json)"]
