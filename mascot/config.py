@@ -471,7 +471,7 @@ class LengthCalibrationParams(Block):
     score minus that fit. `within_group`: each prompt's group of completions has its own least-squares slope of
     score on words taken off, so no completion gains advantage by its words within its group (no fit to go stale
     as the policy leaves the base policy's lengths; `samples` and `degree` unused). On by default: it only takes
-    pay off a rising trend, so where the reward model pays no word it costs 32 base answers and nothing else."""
+    pay off a rising trend, so where the reward model pays no word it costs `samples` base answers and nothing else."""
     enabled: bool = True
     method: Literal["base_policy_fit", "within_group"] = "base_policy_fit"
     samples: int = Field(32, ge=4)
