@@ -217,13 +217,23 @@ def equal_length_difference(diffs: list[float], length_diffs: list[float], clust
     return out
 
 
+def equal_length_accuracy(wins: list[float], length_diffs: list[float], clusters: list[str],
+                          lengths: list[tuple[float, float]], min_n: int = DEFAULT_MIN_N) -> dict:
+    """An accuracy (each pair's win 1/0/0.5) at equal length: equal_length_difference against chance 0.5, held to
+    [0, 1] (a line's intercept on a few pairs can leave the range an accuracy lives in)."""
+    return equal_length_difference(wins, length_diffs, clusters, lengths=lengths, null=0.5, min_n=min_n,
+                                   bounds=(0.0, 1.0))
+
+
 def equal_length_figures(fig: dict, name: str) -> dict:
     """An equal-length figure as flat keys for metrics files, MLflow and version tags: `name` (the intercept), its
-    interval, n and extrapolation flag, and the length-matched subset's mean and n."""
+    interval, n and extrapolation flag, the length-matched subset's mean and n, and (for a bounded figure) whether
+    it was held to its bounds."""
     matched = fig.get("matched") or {}
+    held = {f"{name}_held_to_bounds": fig["held_to_bounds"]} if "held_to_bounds" in fig else {}
     return {name: fig["mean"], f"{name}_ci_low": fig["ci_low"], f"{name}_ci_high": fig["ci_high"], f"{name}_n": fig["n"],
             f"{name}_extrapolated": fig["extrapolated"], f"{name}_matched": matched.get("mean"),
-            f"{name}_matched_n": matched.get("n")}
+            f"{name}_matched_n": matched.get("n"), **held}
 
 
 def describe_equal_length(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:

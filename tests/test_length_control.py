@@ -190,7 +190,7 @@ def test_the_calibration_never_pays_for_words_and_leaves_noise_alone():
 def test_an_accuracy_at_equal_length_stays_an_accuracy():
     """A win regressed on a few pairs' length differences can put the intercept and its bootstrap replicates
     past 1 (the CPU default's 10 eval pairs read 0.70 [0.45, 2.0]); an accuracy is held to [0, 1] and says so."""
-    from mascot.stats import describe_equal_length, equal_length_difference
+    from mascot.stats import describe_equal_length, equal_length_accuracy, equal_length_difference, equal_length_figures
 
     wins, gaps = [1, 1, 1, 1, 0, 0, 1, 0], [1, 1, 2, 3, 8, 9, 2, 7]
     free = equal_length_difference(wins, gaps, [f"c{k}" for k in range(8)], null=0.5)
@@ -199,5 +199,10 @@ def test_an_accuracy_at_equal_length_stays_an_accuracy():
     assert held["mean"] == held["ci_high"] == 1.0 and held["held_to_bounds"] is True
     assert 0 <= held["ci_low"] <= held["mean"] <= 1 and held["slope"] == free["slope"]
     assert "held to it" in describe_equal_length(held)
+    # the stages' helper is the same figure, and the flat keys (metrics files, MLflow) carry the flag
+    helper = equal_length_accuracy(wins, gaps, [f"c{k}" for k in range(8)], [(g, 0) for g in gaps])
+    assert {k: v for k, v in helper.items() if k != "matched"} == held
+    assert equal_length_figures(held, "accuracy_equal_length")["accuracy_equal_length_held_to_bounds"] is True
+    assert "x_held_to_bounds" not in equal_length_figures(free, "x")
     inside = equal_length_difference([1, 0, 1, 0, 1, 1], [1, -1, 2, -2, 0, 1], bounds=(0.0, 1.0))
     assert inside["held_to_bounds"] is False

@@ -24,7 +24,7 @@ from mascot.data.prepare import load_source, token_counter
 from mascot.data.queries import CountTokens, context_window
 from mascot.io import BadRows, InputError, write_json, write_jsonl
 from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, cluster_spearman_with_ci, describe_equal_length,
-                          equal_length_difference, pairwise_wins)
+                          equal_length_accuracy, pairwise_wins)
 
 LENGTH = "length"  # the baseline scorer: a reply's words
 
@@ -115,10 +115,9 @@ def _equal_length_figure(pairs: list[tuple[dict, dict]], score: dict[str, float]
     """The agreement at equal length: each pair's win (1/0/0.5) regressed on the preferred turn's extra words, the
     intercept with its interval over conversations, and the length-matched pairs' agreement."""
     wins = pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
-    return equal_length_difference(wins, [hi["words"] - lo["words"] for hi, lo in pairs],
-                                   [hi["conversation_id"] for hi, _ in pairs],
-                                   lengths=[(hi["words"], lo["words"]) for hi, lo in pairs], null=0.5, min_n=min_n,
-                                   bounds=(0.0, 1.0))
+    return equal_length_accuracy(wins, [hi["words"] - lo["words"] for hi, lo in pairs],
+                                 [hi["conversation_id"] for hi, _ in pairs],
+                                 [(hi["words"], lo["words"]) for hi, lo in pairs], min_n)
 
 
 def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimension: dict[str, dict] | None = None,

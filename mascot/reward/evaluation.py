@@ -13,7 +13,7 @@ from mascot.io import load_jsonl
 from mascot.pairs import chosen_longer, side_words
 from mascot.reward.prompt import reward_input_ids
 from mascot.splits import is_held_out
-from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, equal_length_difference, equal_length_figures,
+from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, equal_length_accuracy, equal_length_figures,
                           mean_with_ci, pairwise_wins)
 
 GAP_BUCKETS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 5.0)]
@@ -53,9 +53,9 @@ def pair_metrics(pairs: list[dict], chosen_scores: list[float], rejected_scores:
     # every pair at equal length: the win regressed on the chosen side's extra words (intercept, over conversations)
     if all(p.get("chosen") and p.get("rejected") for p in pairs):
         words = [(side_words(p["chosen"]), side_words(p["rejected"])) for p in pairs]
-        out.update(equal_length_figures(equal_length_difference(
-            pairwise_wins(chosen_scores, rejected_scores), [c - r for c, r in words], clusters, lengths=words, null=0.5,
-            min_n=min_n, bounds=(0.0, 1.0)), "accuracy_equal_length"))
+        out.update(equal_length_figures(equal_length_accuracy(
+            pairwise_wins(chosen_scores, rejected_scores), [c - r for c, r in words], clusters, words, min_n),
+            "accuracy_equal_length"))
         # the model's taste for length: Pearson of its score with words over the eval replies (each once)
         by_reply = {}
         for i, (p, w, c, r) in enumerate(zip(pairs, words, chosen_scores, rejected_scores)):
