@@ -95,14 +95,27 @@ def train_reward_models(params, personas, work: Path, report: dict, report_path:
             print(json.dumps({name: figures}, indent=1), flush=True)
 
 
+def already_set(blocks: dict, params: dict) -> bool:
+    """Whether `params` (a params.yaml's dict) already holds every key of `blocks` at its value."""
+    return all(already_set(v, params.get(k) or {}) if isinstance(v, dict) else params.get(k, object()) == v
+               for k, v in blocks.items())
+
+
 def run_grpo_settings(workdir: Path, report: dict, report_path: str, only: list[str] | None = None) -> None:
+    import yaml
+
     from benchmarks.pipeline_copy import pipeline_env
     from mascot.io import write_json
     from mascot.profiles import merge_params
 
     report.setdefault("grpo", {})
+    own = yaml.safe_load((workdir / "params.yaml").read_text())
     for name, blocks in GRPO_SETTINGS.items():
         if name in report["grpo"] or (only and name not in only):
+            continue
+        if blocks and already_set(blocks, own):  # the workdir's own params (base_policy_fit on the CPU default)
+            report["grpo"][name] = {"same_as": "default"}
+            print(f"length_levers: {name} is the workdir's own setting: see `default`", flush=True)
             continue
         copy = workdir.parent / f"{workdir.name}-levers-{name}"
         if not copy.exists():
