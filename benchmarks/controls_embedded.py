@@ -1,7 +1,8 @@
 """The controls (docs/controls.md) on the embedded models: Qwen2.5-Coder-0.5B-Instruct as the speaker and the GRPO
 policy, Gemma-3-270m as the reward model's base, through the real chain (DVC, TRL, PEFT, MLflow), in fresh copies.
 
-    python benchmarks/controls_embedded.py [--workdir /tmp/controls-embedded] [--kinds positive,negative,length]
+    python benchmarks/controls_embedded.py [--workdir /tmp/controls-embedded]
+        [--kinds positive,negative,length,group-positive,group-negative]
 
 The positive control's planted feature here is a question to the seeker ("?" in the reply): the instruct speaker
 asks one sometimes, not always (a digit, the tiny models' feature, it almost never writes). The negative is seeded
@@ -10,7 +11,12 @@ embedded models cost minutes where the tiny ones cost seconds), then: positive t
 `promote` (which must refuse), then GRPO against it with the gate off (the watch must not say `improving`); length
 (`control-length`: the judge pays the question and every word) to `promote`, then GRPO and `evaluate` once per
 setting of LENGTH_LEVERS against the same reward model (levers off: the policy must grow and the gain be called
-length; levers on: the question's rate must rise, the length must not).
+length; levers on: the question's rate must rise, the length must not). group-positive and group-negative are
+stage 2's controls (`controls controls-group control-group-<kind>`, then EMBEDDED_GROUP): the Qwen speaker in the
+episodes and rollouts, Gemma-3-270m as the group reward model's base and as the Director; positive to
+`evaluate_group` (the Director must give The Beacon the floor more often than base and random), negative to
+`promote_group` (which must refuse), then the Director against it with the gate off (its watch must not say
+`improving`).
 A second call in the same WORKDIR resumes (DVC skips the stages that are done). Prints one Markdown table (docs/results.md "Controls on the embedded models") and writes WORKDIR/controls.json.
 """
 from __future__ import annotations
@@ -60,6 +66,24 @@ LENGTH_LEVERS = {
 }
 GATE_OFF = {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point",
                         "max_null_p": None}}
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+# over `controls controls-group control-group-<kind>` (48 prefixes x 4 branches of one companion turn, a random
+# Director in the episodes, the Director's rollouts under the directive grammar, 24 held-out conversations a
+# condition): the embedded models in place of the tiny ones, the CPU default's Director base (Gemma-3-270m)
+EMBEDDED_GROUP = {
+    "base_model": {"tiny_init_std": None},
+    "episodes": {"max_tokens": 24},
+    "train_group_rm": {"batch_size": 8, "learning_rate": 2.0e-4, "epochs": 3, "eval_steps": 20, "checkpoint_steps": 50,
+                       "lora": {"r": 16, "alpha": 32, "target_modules": ATTENTION}},
+    # Gemma spends a few characters a token: 96 tokens hold the grammar's longest directive (80 characters of text
+    # after the persona's name)
+    "train_director": {"base_model": "models/small", "learning_rate": 2.0e-4, "max_steps": 24,
+                       "max_completion_length": 96, "rollout_max_tokens": 24,
+                       "lora": {"r": 16, "alpha": 32, "target_modules": ATTENTION},
+                       "watch": {"every_steps": 12, "probe_queries": 20, "max_tokens": 96}},
+    "evaluate_group": {"max_tokens": 24},
+}
+GROUP_GATE_OFF = {"promote_group": GATE_OFF["promote"]}
 
 
 def merge_params(work: Path, blocks: dict) -> None:
@@ -94,7 +118,8 @@ def feature_rates(work: Path, pattern: str) -> dict:
 
 
 def prepared_copy(kind: str, root: Path) -> tuple[Path, dict]:
-    """WORKDIR/KIND with the control's params: a fresh pipeline copy, or the one a run before left."""
+    """WORKDIR/KIND with the control's params: a fresh pipeline copy, or the one a run before left. A stage-2
+    kind (group-positive) applies its stage-1 control's profile, then the group profiles."""
     from benchmarks.pipeline_copy import fresh_pipeline_copy, pipeline_env
 
     work = root / kind
@@ -103,8 +128,12 @@ def prepared_copy(kind: str, root: Path) -> tuple[Path, dict]:
         run("git checkout -q params.yaml", work, env)
     else:
         env = fresh_pipeline_copy(ROOT, work, TOKENIZERS_PARALLELISM="false")
-    run(f"mascot profile controls control-{kind}", work, env)
-    merge_params(work, {**EMBEDDED, **FEATURE[kind]})
+    if kind.startswith("group-"):
+        run(f"mascot profile controls control-{kind[6:]} controls-group control-{kind}", work, env)
+        merge_params(work, EMBEDDED_GROUP)
+    else:
+        run(f"mascot profile controls control-{kind}", work, env)
+        merge_params(work, {**EMBEDDED, **FEATURE[kind]})
     return work, env
 
 
@@ -164,9 +193,71 @@ def lever_row(kept: Path) -> dict:
             "calibration": {k: v for k, v in grpo.items() if k.startswith("length_")}}
 
 
+def group_control(kind: str, root: Path) -> dict:
+    """A stage-2 control: positive to `evaluate_group`; negative to `promote_group`, then the Director with the gate
+    off."""
+    work, env = prepared_copy(kind, root)
+    positive = kind == "group-positive"
+    seconds = {"to_evaluate_group" if positive else "to_promote_group":
+               run("dvc repro evaluate_group" if positive else "dvc repro promote_group", work, env)}
+    # the decision at the control's own gate, before the negative's gate is opened
+    decision = work / ".mascot/promote_group_at_its_gate.json"
+    decision.write_text(json.dumps(metrics(work, "promote_group")) + "\n")
+    if not positive:
+        merge_params(work, GROUP_GATE_OFF)
+        seconds["director_gate_off"] = run("dvc repro train_director", work, env)
+    return group_figures(kind, work, seconds_in_all(work, seconds))
+
+
+def group_figures(kind: str, work: Path, seconds: dict) -> dict:
+    """A stage-2 control's figures as its repo holds them (this script's, or one of tests/test_controls.py's)."""
+    rm, director = metrics(work, "train_group_rm"), metrics(work, "train_director")
+    kept = work / ".mascot/promote_group_at_its_gate.json"  # this script's; CI's repo has only the one decision
+    promote = json.loads(kept.read_text()) if kept.exists() else metrics(work, "promote_group")
+    episodes = [json.loads(line) for line in (work / "data/group/episodes.jsonl").read_text().splitlines()]
+    first = [next((t["speaker"] for t in e["turns"] if t["role"] == "agent"), None) for e in episodes if e["valid"]]
+    planted = metrics(work, "evaluate_group").get("planted_feature", {})
+    return {"kind": kind, "seconds": {k: round(v) for k, v in seconds.items()},
+            "pairs": metrics(work, "pairs_group").get("pairs"), "train_pairs": rm.get("train_pairs"),
+            "eval_pairs": rm.get("eval_pairs"), "rm_accuracy": rm.get("eval_accuracy"),
+            "rm_ci": [rm.get("eval_accuracy_ci_low"), rm.get("eval_accuracy_ci_high")],
+            "rm_length_baseline": rm.get("eval_length_baseline_accuracy"),
+            "beacon_first_in_episodes": round(first.count("The Beacon") / len(first), 3) if first else None,
+            "promoted": promote.get("promoted"), "promote_reason": promote.get("reason"),
+            "director_reward": [director.get("reward_first_step"), director.get("reward_last_step")],
+            "watch_verdict": director.get("watch_verdict"), "watch_why": director.get("watch_why"),
+            "watch_n": director.get("watch_n"),
+            "planted_rate": {c: {k: f.get(k) for k in ("mean", "ci_low", "ci_high", "n")}
+                             for c, f in planted.get("rate", {}).items()},
+            "planted_differences": {other: {k: planted[f"trained_minus_{other}"].get(k)
+                                            for k in ("mean", "ci_low", "ci_high", "n", "p_sign")}
+                                    for other in ("base", "random") if f"trained_minus_{other}" in planted}}
+
+
+def group_table(results: list[dict]) -> str:
+    lines = ["| control | block pairs (train / eval) | group reward model [95%], length baseline | promotion | "
+             "Director's watch | The Beacon first: trained / base / random / round-robin | trained - base [95%], n | "
+             "trained - random [95%], n | minutes |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | ---: |"]
+    for r in results:
+        rate = " / ".join(str(r["planted_rate"].get(c, {}).get("mean", "-"))
+                          for c in ("trained", "base", "random", "round_robin")) if r["planted_rate"] else "-"
+        minutes = f"{sum(r['seconds'].values()) / 60:.0f}" if r["seconds"] else "-"
+        diffs = [f"{d['mean']} [{d['ci_low']}, {d['ci_high']}], n {d['n']}, sign p {d['p_sign']}"
+                 if (d := r["planted_differences"].get(o)) else "-" for o in ("base", "random")]
+        lines.append(
+            f"| {r['kind']} | {r['pairs']} ({r['train_pairs']} / {r['eval_pairs']}) | {r['rm_accuracy']} "
+            f"[{r['rm_ci'][0]}, {r['rm_ci'][1]}], {r['rm_length_baseline']} | "
+            f"{'@champion' if r['promoted'] else 'refused'} | {r['watch_verdict']} (n {r['watch_n']}) | {rate} | "
+            f"{diffs[0]} | {diffs[1]} | {minutes} |")
+    return "\n".join(lines)
+
+
 def control(kind: str, root: Path) -> dict:
     if kind == "length":
         return length_control(root)
+    if kind.startswith("group-"):
+        return group_control(kind, root)
     work, env = prepared_copy(kind, root)
     seconds = {"to_promote" if kind == "negative" else "to_evaluate":
                run("dvc repro promote" if kind == "negative" else "dvc repro evaluate", work, env)}
@@ -223,13 +314,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/controls-embedded")
     ap.add_argument("--kinds", default="positive,negative")
+    ap.add_argument("--read", metavar="KIND=DIR", action="append", default=[],
+                    help="print the table of a stage-2 control repo run elsewhere (CI's), running nothing: "
+                         "group-positive=/tmp/pytest-of-root/pytest-N/positive0")
     args = ap.parse_args()
+    if args.read:
+        print(group_table([group_figures(kind, Path(d), {}) for kind, d in (r.split("=", 1) for r in args.read)]))
+        return
     root = Path(args.workdir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     results = [control(kind, root) for kind in args.kinds.split(",")]
     (root / "controls.json").write_text(json.dumps(results, indent=2) + "\n")
-    if any(r["kind"] != "length" for r in results):
-        print(table([r for r in results if r["kind"] != "length"]))
+    stage1 = [r for r in results if r["kind"] in ("positive", "negative")]
+    if stage1:
+        print(table(stage1))
+    if stage2 := [r for r in results if r["kind"].startswith("group-")]:
+        print(group_table(stage2))
+        for r in stage2:
+            print(f"{r['kind']}: The Beacon first in {r['beacon_first_in_episodes']} of the base episodes; "
+                  f"{r['promote_reason']}; Director reward {r['director_reward'][0]} -> {r['director_reward'][1]}; "
+                  f"watch: {r['watch_why']}")
     for r in results:
         if r["kind"] == "length":
             print(f"\nlength control: reward model {r['rm_accuracy']} [{r['rm_ci'][0]}, {r['rm_ci'][1]}] on "
