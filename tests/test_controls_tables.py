@@ -1,17 +1,9 @@
 """The embedded controls' benchmark (benchmarks/controls_embedded.py) reads a stage-2 control's repo into its table:
 the figures it prints are the ones the repo's stages wrote."""
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("controls_embedded", ROOT / "benchmarks/controls_embedded.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import controls_embedded as bench
 
 
 def _write(work: Path, name: str, figures: dict) -> None:
@@ -25,7 +17,6 @@ def _episode(speaker: str, valid: bool = True) -> str:
 
 
 def test_a_stage2_control_repo_reads_into_its_row(tmp_path):
-    bench = _benchmark()
     (tmp_path / "data/group").mkdir(parents=True)
     (tmp_path / "data/group/episodes.jsonl").write_text("\n".join(
         [_episode("The Beacon"), _episode("The Anchor"), _episode("The Anchor"), _episode("The Beacon", False)]) + "\n")
