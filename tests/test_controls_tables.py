@@ -42,5 +42,6 @@ def test_a_stage2_control_repo_reads_into_its_row(tmp_path):
     assert row["planted_differences"]["base"] == {"mean": 0.5, "ci_low": 0.29, "ci_high": 0.71, "n": 24,
                                                   "p_sign": 0.001}
     line = bench.group_table([row]).splitlines()[-1]
-    assert "| 103 (54 / 49) | 0.898 [0.81, 0.98], 0.67 | @champion | improving (n 20) | 0.75 / 0.25 / 0.25 / - |" in line
+    assert ("| 103 (54 / 49) | 0.898 [0.81, 0.98], 0.67 | @champion | improving (n 20) | 0.75 / 0.25 / 0.25 / - |"
+            in line)
     assert "0.5 [0.29, 0.71], n 24, sign p 0.001" in line and line.endswith("| 10 |")
