@@ -165,14 +165,19 @@ def length_control(root: Path) -> dict:
         levers[name] = lever_row(kept)
     seconds = seconds_in_all(work, seconds)
     return {"kind": "length", "seconds": {k: round(v) for k, v in seconds.items()},
-            "pairs": metrics(work, "pairs").get("pairs"), "train_pairs": rm.get("train_pairs"),
-            "eval_pairs": rm.get("eval_pairs"), "rm_accuracy": rm.get("eval_accuracy"),
-            "rm_ci": [rm.get("eval_accuracy_ci_low"), rm.get("eval_accuracy_ci_high")],
-            "rm_length_baseline": rm.get("eval_length_baseline_accuracy"),
+            **reward_model_row(metrics(work, "pairs"), rm),
             "rm_equal_length": rm.get("eval_accuracy_equal_length"),
             "rm_length_pearson": rm.get("eval_score_length_pearson"),
             "chosen_longer": rm.get("pairs_chosen_longer_fraction"),
             "promoted": promote.get("promoted"), "promote_reason": promote.get("reason"), "levers": levers}
+
+
+def reward_model_row(pairs: dict, rm: dict) -> dict:
+    """The pairs and the reward model's eval figures every control's row starts with (stage 1's or stage 2's)."""
+    return {"pairs": pairs.get("pairs"), "train_pairs": rm.get("train_pairs"), "eval_pairs": rm.get("eval_pairs"),
+            "rm_accuracy": rm.get("eval_accuracy"),
+            "rm_ci": [rm.get("eval_accuracy_ci_low"), rm.get("eval_accuracy_ci_high")],
+            "rm_length_baseline": rm.get("eval_length_baseline_accuracy")}
 
 
 def lever_row(kept: Path) -> dict:
@@ -218,10 +223,7 @@ def group_figures(kind: str, work: Path, seconds: dict) -> dict:
     first = [next((t["speaker"] for t in e["turns"] if t["role"] == "agent"), None) for e in episodes if e["valid"]]
     planted = metrics(work, "evaluate_group").get("planted_feature", {})
     return {"kind": kind, "seconds": {k: round(v) for k, v in seconds.items()},
-            "pairs": metrics(work, "pairs_group").get("pairs"), "train_pairs": rm.get("train_pairs"),
-            "eval_pairs": rm.get("eval_pairs"), "rm_accuracy": rm.get("eval_accuracy"),
-            "rm_ci": [rm.get("eval_accuracy_ci_low"), rm.get("eval_accuracy_ci_high")],
-            "rm_length_baseline": rm.get("eval_length_baseline_accuracy"),
+            **reward_model_row(metrics(work, "pairs_group"), rm),
             "beacon_first_in_episodes": round(first.count("The Beacon") / len(first), 3) if first else None,
             "promoted": promote.get("promoted"), "promote_reason": promote.get("reason"),
             "director_reward": [director.get("reward_first_step"), director.get("reward_last_step")],
@@ -269,10 +271,7 @@ def control(kind: str, root: Path) -> dict:
     rm, grpo, evaluate = (metrics(work, n) for n in ("train_rm", "train_grpo", "evaluate"))
     judge = evaluate.get("grpo_minus_base", {}).get("judge_total", {})
     return {"kind": kind, "seconds": {k: round(v) for k, v in seconds.items()},
-            "pairs": metrics(work, "pairs").get("pairs"), "train_pairs": rm.get("train_pairs"),
-            "eval_pairs": rm.get("eval_pairs"), "rm_accuracy": rm.get("eval_accuracy"),
-            "rm_ci": [rm.get("eval_accuracy_ci_low"), rm.get("eval_accuracy_ci_high")],
-            "rm_length_baseline": rm.get("eval_length_baseline_accuracy"),
+            **reward_model_row(metrics(work, "pairs"), rm),
             "promoted": promote.get("promoted"), "promote_reason": promote.get("reason"),
             "watch_verdict": grpo.get("watch_verdict"), "watch_n": grpo.get("watch_n"),
             "watch_judge_change": [grpo.get("watch_judge_change"), grpo.get("watch_judge_change_ci_low"),
