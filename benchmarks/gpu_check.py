@@ -143,7 +143,8 @@ def main() -> int:
         from mascot.granularity import persona_fields
         from mascot.policy.engine import build_trainer
         from mascot.policy.rewards import make_format_reward, make_reward_model_reward, stop_token_ids
-        from mascot.policy.watch import Watch, answers_and_kl
+        from mascot.policy.watch.callback import Watch
+        from mascot.policy.watch.kl import answers_and_kl
 
         params = GRPOParams(**policy_block, max_completion_length=32)
         rows = [{"prompt": speaker_prompt(personas[p], q["context"], "chat")[0], "query_id": q["query_id"],

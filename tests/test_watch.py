@@ -4,8 +4,8 @@ import json
 import pytest
 import yaml
 
-from mascot.policy.watch import (IMPROVING, LENGTH, NOT_LEARNING, OVER, TOO_FEW, distinct_2, probe_row, should_stop,
-                                 verdict)
+from mascot.policy.watch.verdict import (IMPROVING, LENGTH, NOT_LEARNING, OVER, TOO_FEW, distinct_2, probe_row, should_stop,
+                                         verdict)
 
 
 def checks_of(rm_by_check, judge_by_check, n=12):
@@ -109,7 +109,8 @@ def length_paying_setup(tiny_model_dir, tmp_path, **watch):
     replies: GRPO makes the replies longer, and the watch sees the reward rise while the judge falls."""
     from mascot.config import WatchParams, parse_params
     from mascot.policy.rewards import first_line
-    from mascot.policy.watch import Watch, answers_and_kl
+    from mascot.policy.watch.callback import Watch
+    from mascot.policy.watch.kl import answers_and_kl
 
     prompts = [f"Person: I feel sad about thing {i}.\nThe Anchor:" for i in range(12)]
 
@@ -209,7 +210,7 @@ def test_an_answer_without_a_reward_model_score_is_left_out_of_the_change():
 
 
 def test_the_watch_judges_each_distinct_answer_once_and_nothing_at_the_floor():
-    from mascot.policy.watch import JudgeMemo
+    from mascot.policy.watch.callback import JudgeMemo
 
     asked = []
 
@@ -240,7 +241,7 @@ def test_the_watch_stops_where_the_kl_passes_its_bar(tiny_model_dir, tmp_path, r
 
 
 def test_the_judge_peak_and_a_kl_stop_are_pure_functions_of_the_checks():
-    from mascot.policy.watch import judge_peak
+    from mascot.policy.watch.verdict import judge_peak
 
     checks = checks_of([0.0, 1.0, 2.0], [3.0, 3.6, 3.2])
     for c, kl in zip(checks, [0.0, 0.4, 1.2]):
@@ -254,7 +255,7 @@ def test_the_judge_peak_and_a_kl_stop_are_pure_functions_of_the_checks():
 def test_a_saved_history_from_before_kl_is_padded_at_load_and_tabled(tmp_path):
     """A checkpoint's watch state written before the watch measured KL and the judge's dimensions loads with
     None per probe there, so the completions table has every column for every check."""
-    from mascot.policy.watch import Watch
+    from mascot.policy.watch.callback import Watch
 
     old = [{k: v for k, v in c.items() if k not in ("kl", "kl_token", "judge_dimensions")}
            for c in checks_of([0.0, 1.0], [3.0, 3.2], n=3)]
@@ -309,7 +310,7 @@ def test_the_kl_of_a_batch_of_left_padded_probes_is_each_probes_kl_alone(tiny_mo
     import torch
     from transformers import AutoTokenizer
 
-    from mascot.policy.watch import _kl_from_base, answers_and_kl
+    from mascot.policy.watch.kl import _kl_from_base, answers_and_kl
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
@@ -342,7 +343,7 @@ def test_the_kl_of_a_bf16_policy_is_computed_in_fp32_and_the_policy_left_as_it_w
     import torch
     from transformers import AutoTokenizer
 
-    from mascot.policy.watch import _kl_from_base
+    from mascot.policy.watch.kl import _kl_from_base
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token

@@ -22,7 +22,8 @@ from mascot.granularity import BLOCK
 from mascot.io import InputError, load_jsonl
 from mascot.launch import is_main_process
 from mascot.llm.factory import make_backend
-from mascot.policy.watch import JudgeMemo, Watch, answers_and_kl
+from mascot.policy.watch.callback import JudgeMemo, Watch
+from mascot.policy.watch.kl import answers_and_kl
 from mascot.splits import held_out
 from mascot.transcript import turn_messages
 

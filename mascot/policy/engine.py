@@ -22,7 +22,8 @@ from mascot.io import InputError, write_json
 from mascot.launch import is_main_process, rank_tag, world_size
 from mascot.llm.identity import folder_digest
 from mascot.llm.local_backend import compile_grammar
-from mascot.policy.watch import OVER, Watch
+from mascot.policy.watch.callback import Watch
+from mascot.policy.watch.verdict import OVER
 from mascot.reward.scorer import RewardScorer
 from mascot.trainer_args import build_config
 
@@ -149,7 +150,7 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
                  out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None,
                  completion_regex: str | None = None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
-    the columns the reward functions read; `watch` (mascot/policy/watch.py) checks the policy as it trains."""
+    the columns the reward functions read; `watch` (mascot/policy/watch/) checks the policy as it trains."""
     stage = (meta or {}).get("stage", "grpo")
     resume = checkpoints.last_checkpoint(checkpoint_dir)
     callbacks = [checkpoints.callback(watch.save_to if watch is not None else None)]

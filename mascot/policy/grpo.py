@@ -20,7 +20,8 @@ from mascot.launch import is_main_process
 from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
 from mascot.policy.rewards import (LengthCalibrated, LengthCalibration, WithinGroupLength, first_line,
                                    make_format_reward, make_reward_model_reward, stop_token_ids)
-from mascot.policy.watch import JudgeMemo, Watch, answers_and_kl, greedy_answers
+from mascot.policy.watch.callback import JudgeMemo, Watch
+from mascot.policy.watch.kl import answers_and_kl, greedy_answers
 from mascot.precision import load_causal_lm
 from mascot.splits import held_out
 
