@@ -290,6 +290,15 @@ class PairsParams(Block):
     # add the human pairs (data/human/items.jsonl) of train-split conversations to the reward model's train
     # pairs, marked `pair_source: human` (the judge's are `judge`); held-out and eval conversations never
     human: bool = False
+    # each human pair trained on this many times (by repetition: train_rm repeats a pair of `weight` W W times)
+    human_weight: int = Field(1, ge=1, le=16)
+
+    @model_validator(mode="after")
+    def _weight_needs_human(self):
+        if self.human_weight != 1 and not self.human:
+            raise ValueError(f"human_weight {self.human_weight} weighs the human pairs, which pairs.human false leaves "
+                             "out: set pairs.human true, or human_weight 1")
+        return self
 
 
 class GroupPairsParams(PairsParams):
@@ -437,7 +446,7 @@ class PromoteGroupParams(PromoteParams):
 
 
 class WatchParams(Block):
-    """The judge watches the policy during GRPO (mascot/policy/watch.py): the rule of the verdict is there."""
+    """The judge watches the policy during GRPO (mascot/policy/watch/verdict.py: the rule of the verdict)."""
     enabled: bool = True
     every_steps: int = Field(4, ge=1)  # and at step 0 and the last step
     # probes: the first probe_queries held-out queries (the evaluation's rule), each under probe_personas personas

@@ -73,16 +73,11 @@ def build_pairs(candidates: list[dict], scores: list[dict], queries: dict[str, d
     return pairs
 
 
-def build_human_pairs(items: list[dict], personas: dict[str, Persona], min_gap: int, params: PairsParams,
-                      heldout) -> list[dict]:
-    """The human set's within-conversation pairs (ratings at least `min_gap` apart) of train-split conversations,
-    as training pairs marked `pair_source: human`: the seekers' own preferences beside the judge's. Held-out and
-    eval-split conversations give none (the same split rule as the judge's pairs, by conversation)."""
-    rows = [{"query_id": i["item_id"], "conversation_id": i["conversation_id"]} for i in items
-            if not is_held_out(i, heldout)]
-    split = split_of(rows, params.eval_fraction, params.split_seed)
+def human_pair_rows(items: list[dict], personas: dict[str, Persona], min_gap: int, weight: int = 1) -> list[dict]:
+    """Every within-conversation pair of the human set (ratings at least `min_gap` apart) as a training pair marked
+    `pair_source: human`, whatever its split; `weight` > 1 marks each to be trained on that many times."""
     out = []
-    for hi, lo in human_pairs([i for i in items if split.get(i["item_id"]) == "train"], min_gap):
+    for hi, lo in human_pairs(items, min_gap):
         system = {"role": "system", "content": personas[hi["persona"]].system_prompt()}
         out.append({"pair_id": f"{hi['item_id']}>{lo['item_id']}", "pair_source": "human", "query_id": hi["item_id"],
                     "conversation_id": hi["conversation_id"], "persona": hi["persona"], "split": "train",
@@ -93,7 +88,21 @@ def build_human_pairs(items: list[dict], personas: dict[str, Persona], min_gap: 
                     "rejected": [{"role": "assistant", "content": lo["reply"]}],
                     "score_chosen": float(hi["rating"]), "score_rejected": float(lo["rating"]),
                     "margin": float(hi["rating"] - lo["rating"]), "chosen_id": hi["item_id"], "rejected_id": lo["item_id"]})
+        if weight != 1:  # absent at 1, so that the default's pairs file is as it was
+            out[-1]["weight"] = weight
     return out
+
+
+def build_human_pairs(items: list[dict], personas: dict[str, Persona], min_gap: int, params: PairsParams,
+                      heldout) -> list[dict]:
+    """The human set's pairs (`human_pair_rows`) of train-split conversations: the seekers' own preferences beside
+    the judge's, each weighted `params.human_weight`. Held-out and eval-split conversations give none (the same
+    split rule as the judge's pairs, by conversation)."""
+    rows = [{"query_id": i["item_id"], "conversation_id": i["conversation_id"]} for i in items
+            if not is_held_out(i, heldout)]
+    split = split_of(rows, params.eval_fraction, params.split_seed)
+    return human_pair_rows([i for i in items if split.get(i["item_id"]) == "train"], personas, min_gap,
+                           params.human_weight)
 
 
 def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[str, dict],

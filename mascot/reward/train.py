@@ -52,6 +52,12 @@ def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int
     return rows, cut
 
 
+def weighted_train_pairs(pairs: list[dict]) -> list[dict]:
+    """The train split, a pair of `weight` W (pairs.human_weight) W times: the weight by repetition, which
+    TRL's RewardTrainer takes as it is (one epoch sees the pair W times)."""
+    return [p for p in pairs if p["split"] == "train" for _ in range(int(p.get("weight", 1)))]
+
+
 def training_throughput(train_pairs: int, params: TrainRMParams, steps: int, processes: int, train_s: float,
                         log_history: list[dict]) -> dict:
     """Pairs actually trained (each epoch's pairs; never more than the steps could hold, since a last batch is
@@ -137,7 +143,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     from trl import RewardTrainer
 
     g = GRANULARITIES[granularity]
-    train_pairs = [p for p in pairs if p["split"] == "train"]
+    train_pairs = weighted_train_pairs(pairs)
     eval_pairs = [p for p in pairs if p["split"] == "eval"]
     if not train_pairs:
         raise InputError(f"{g.rm_block}: the pairs file has no "
