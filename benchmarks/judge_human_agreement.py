@@ -10,6 +10,14 @@ stage's `score_units`, one thread, each run journaled under .mascot/resume/ (a r
     python benchmarks/judge_human_agreement.py --model models/base --styles plain,chat --modes expected
     python benchmarks/judge_human_agreement.py --model models/judge-1.5b --styles chat --items 48
     python benchmarks/judge_human_agreement.py --survey 48   # stage 2: the collective judge against the survey
+    python benchmarks/judge_human_agreement.py --model models/judge-1.5b --styles chat --all \
+        --rubric data/rubrics/persona-length-neutral.yaml --fit-aggregation --pairwise
+
+`--all`: every rated turn of the set. Judge methods that might beat length (docs/judge.md): `--rubric` another
+rubric file (persona-length-neutral.yaml: length is not quality, with anchors of a long poor and a short
+excellent reply); `--fit-aggregation` the five dimensions weighted as people weigh them, weights fitted on half
+the conversations and measured on the other (mascot/annotate/fitted_aggregation.py); `--pairwise` the two turns of
+each human pair judged side by side, both orders, a disagreement a tie (mascot/annotate/pairwise.py).
 
 `--survey N`: the collective judge (score_group's rubric) on the human supporter's blocks of N conversations
 that carry the seekers' survey (judge_check_group's reference blocks, the human variant only), against the
@@ -33,6 +41,12 @@ def main() -> None:
     parser.add_argument("--styles", default="plain,chat")
     parser.add_argument("--modes", default="expected")
     parser.add_argument("--items", type=int, default=None, help="default: human.judge_items")
+    parser.add_argument("--all", action="store_true", help="every rated turn (human.judge_items null)")
+    parser.add_argument("--rubric", default=None, help="a rubric file in place of score.rubric")
+    parser.add_argument("--fit-aggregation", action="store_true", help="also the dimensions' weights fitted to people")
+    parser.add_argument("--pairwise", action="store_true", help="also pairwise, both orders (no rubric scores)")
+    parser.add_argument("--pairwise-only", action="store_true", help="pairwise only: no rubric scoring")
+    parser.add_argument("--length-neutral", action="store_true", help="pairwise: say that length is not quality")
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--out", default="reports/bench/judge_human_agreement.jsonl")
     parser.add_argument("--survey", type=int, default=0, help="stage 2 against the survey, on N conversations")
@@ -53,11 +67,16 @@ def main() -> None:
     from mascot.resume import Journal
 
     params = load_params(args.params)
-    if args.items:
-        params = params.model_copy(update={"human": params.human.model_copy(update={"judge_items": args.items})})
+    if args.items or args.all:
+        params = params.model_copy(update={"human": params.human.model_copy(
+            update={"judge_items": None if args.all else args.items})})
+    if args.rubric:
+        params = params.model_copy(update={"score": params.score.model_copy(update={"rubric": args.rubric})})
     items = load_human_items(params)
     if not items:
         sys.exit("no human reference set: run `mascot human_set` first")
+    # the journal's name says what was judged: a rerun of the same resumes, another set or rubric starts afresh
+    tag = f"{Path(args.model).name}{'-' + Path(args.rubric).stem if args.rubric else ''}-{len(items)}"
     personas = load_personas(params.prepare.personas_file)
     units = REPLY.judge_units(*human_ratings.as_candidates(items), personas)
     rubric = REPLY.rubric(params)
@@ -65,9 +84,9 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        for mode in args.modes.split(","):
+        for mode in ([] if args.pairwise_only else args.modes.split(",")):
             for style in args.styles.split(","):
-                journal = Journal(f"bench-human-{Path(args.model).name}-{style}-{mode}")
+                journal = Journal(f"bench-human-{tag}-{style}-{mode}")
                 start = time.perf_counter()
                 try:
                     records = score_units(units, rubric, params.score.model_copy(update={"mode": mode}), backend,
@@ -78,16 +97,76 @@ def main() -> None:
                 total, dims = human_ratings.scores_by_item(items, records, rubric.dimensions)
                 fig = human_ratings.agreement(items, total, params.human.min_gap, dims)
                 best = max(fig["by_dimension"].items(), key=lambda kv: kv[1]["pairs"] if kv[1]["pairs"] is not None else -1)
-                row = {"model": args.model, "style": style, "mode": mode, "items": len(items),
+                row = {"model": args.model, "rubric": rubric.name, "style": style, "mode": mode, "items": len(items),
                        "scored": len(total), "seconds_per_item": round(seconds / len(items), 2),
                        "resumed": seconds < 1.0, **fig, "best_dimension": best[0]}
+                if args.fit_aggregation:
+                    row["fitted_aggregation"] = fitted(items, dims, params.human.min_gap)
                 with out.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(f"{Path(args.model).name} {style}/{mode}: {human_ratings.describe_agreement(fig)}; Spearman "
                       f"{fig['spearman']['mean']} [{fig['spearman']['ci_low']}, {fig['spearman']['ci_high']}]; best "
                       f"dimension {best[0]} {best[1]['pairs']}; {row['seconds_per_item']} s/item", flush=True)
+                if args.fit_aggregation:
+                    fa = row["fitted_aggregation"]
+                    print(f"  fitted aggregation (weights {fa['weights']}): "
+                          f"{human_ratings.describe_agreement(fa['figure'])}", flush=True)
+        if args.pairwise or args.pairwise_only:  # once, after every mode's rubric scores
+            for style in args.styles.split(","):
+                pairwise(args, items, backend, style, params.human.min_gap, tag, out)
     finally:
         backend.close()
+
+
+def fitted(items: list[dict], dims: dict, min_gap: int) -> dict:
+    from mascot.data import human_ratings
+    from mascot.annotate.fitted_aggregation import cross_fitted_scores
+
+    scores, weights = cross_fitted_scores(items, dims, min_gap)
+    return {"weights": weights, "figure": human_ratings.agreement(items, scores, min_gap)}
+
+
+def pairwise(args, items: list[dict], backend, style: str, min_gap: int, tag: str, out: Path) -> None:
+    """The human pairs judged side by side, both orders, in chunks journaled as they finish (a rerun resumes)."""
+    from mascot.annotate.pairwise import CHOICES, both_orders, verdicts
+    from mascot.data.human_ratings import human_pairs
+    from mascot.progress import bar
+    from mascot.resume import Journal
+    from mascot.stats import cluster_mean_with_ci, equal_length_accuracy
+
+    pairs = human_pairs(items, min_gap)
+    prompts = both_orders(pairs, style, args.length_neutral)
+    journal = Journal(f"bench-pairwise-{tag}-{style}{'-neutral' if args.length_neutral else ''}")
+    start, chunk, probs = time.perf_counter(), 16, []
+    try:
+        with bar(len(prompts), f"pairwise {style}") as progress:
+            for k in range(0, len(prompts), chunk):
+                done = journal.get(str(k))
+                if done is None:
+                    dist = backend.choice_distribution(prompts[k: k + chunk], list(CHOICES))
+                    done = {"p_a": [d.probs["A"] for d in dist]}
+                    journal.add(str(k), done)
+                probs.extend(done["p_a"])
+                progress.update(len(done["p_a"]))
+    finally:
+        journal.close()
+    wins, bias = verdicts(probs)
+    convs = [hi["conversation_id"] for hi, _ in pairs]
+    fig = cluster_mean_with_ci(wins, convs, null=0.5)
+    eq = equal_length_accuracy(wins, [hi["words"] - lo["words"] for hi, lo in pairs], convs,
+                               [(hi["words"], lo["words"]) for hi, lo in pairs])
+    not_longer = [w for w, (hi, lo) in zip(wins, pairs) if hi["words"] <= lo["words"]]
+    nl = cluster_mean_with_ci(not_longer, [hi["conversation_id"] for hi, lo in pairs if hi["words"] <= lo["words"]],
+                              null=0.5)
+    row = {"model": args.model, "method": "pairwise", "style": style, "length_neutral": args.length_neutral,
+           "pairs": fig, "equal_length": eq, "controlled": nl, **bias,
+           "seconds_per_pair": round((time.perf_counter() - start) / max(len(pairs), 1), 2)}
+    with out.open("a") as fh:
+        fh.write(json.dumps(row) + "\n")
+    print(f"{Path(args.model).name} {style} pairwise, both orders: {fig['mean']} [{fig['ci_low']}, {fig['ci_high']}] "
+          f"on {fig['n']} pairs ({bias['ties']} ties; first position picked {bias['picked_first_position']}); at equal "
+          f"length {eq['mean']} [{eq['ci_low']}, {eq['ci_high']}]; not longer {nl['mean']} [{nl['ci_low']}, "
+          f"{nl['ci_high']}] n {nl['n']}; {row['seconds_per_pair']} s/pair", flush=True)
 
 
 def survey(args) -> None:

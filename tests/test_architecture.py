@@ -31,7 +31,7 @@ FLOORS = {
     # 3: annotation's parts: rubrics, the judge, the speaker's prompts, the Director's rollout, reference sets
     "mascot.annotate": 3, "mascot.annotate.rubric": 3, "mascot.annotate.function_judge": 3,
     "mascot.annotate.generate": 3, "mascot.annotate.director": 3, "mascot.annotate.reference_set": 3,
-    "mascot.annotate.controls": 3,
+    "mascot.annotate.controls": 3, "mascot.annotate.pairwise": 3, "mascot.annotate.fitted_aggregation": 3,
     # 4: one paradigm at two granularities (a reply, a block of group turns)
     "mascot.granularity": 4,
     # 5: the stages from scores to a promoted reward model
@@ -40,7 +40,8 @@ FLOORS = {
     "mascot.reward": 5, "mascot.reward.prompt": 5, "mascot.reward.scorer": 5, "mascot.reward.evaluation": 5,
     "mascot.reward.train": 5, "mascot.reward.odin": 5, "mascot.promote": 5,
     # 6: policies: GRPO for the speaker and the Director, the watch, the evaluations
-    "mascot.policy": 6, "mascot.policy.rewards": 6, "mascot.policy.watch": 6, "mascot.policy.engine": 6, "mascot.policy.grpo": 6,
+    "mascot.policy": 6, "mascot.policy.rewards": 6, "mascot.policy.watch": 6, "mascot.policy.watch.verdict": 6,
+    "mascot.policy.watch.chart": 6, "mascot.policy.watch.kl": 6, "mascot.policy.watch.callback": 6, "mascot.policy.engine": 6, "mascot.policy.grpo": 6,
     "mascot.policy.evaluate": 6, "mascot.policy.director": 6, "mascot.policy.evaluate_group": 6,
     # 7: the command line and what reads it
     "mascot.cli": 7, "mascot.stage_deps": 7, "mascot.param_deps": 7, "mascot.headline": 1,
