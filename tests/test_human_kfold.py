@@ -62,6 +62,16 @@ def test_the_train_split_repeats_a_pair_by_its_weight():
     assert [p["pair_id"] for p in weighted_train_pairs(pairs)] == ["j", "h", "h", "h"]
 
 
+def test_the_train_pair_count_is_of_distinct_pairs_and_the_repeated_rows_are_said_apart():
+    from mascot.reward.train import train_pair_counts, weighted_train_pairs
+
+    pairs = [{"pair_id": "j", "split": "train"}, {"pair_id": "h", "split": "train", "weight": 3},
+             {"pair_id": "e", "split": "eval"}]
+    assert train_pair_counts(pairs, len(weighted_train_pairs(pairs))) == {"train_pairs": 2, "train_rows": 4}
+    # unweighted (the default): the one key, as before
+    assert train_pair_counts(pairs[:1] + pairs[2:], 1) == {"train_pairs": 1}
+
+
 def test_human_pairs_carry_the_weight_and_a_weight_without_human_pairs_is_refused(personas):
     from pydantic import ValidationError
 

@@ -58,6 +58,13 @@ def weighted_train_pairs(pairs: list[dict]) -> list[dict]:
     return [p for p in pairs if p["split"] == "train" for _ in range(int(p.get("weight", 1)))]
 
 
+def train_pair_counts(pairs: list[dict], train_rows: int) -> dict:
+    """`train_pairs`: the distinct train pairs; with a weight above 1 (pairs.human_weight), also `train_rows`, the
+    rows one epoch trains on (the repeated pairs counted as often as they are seen)."""
+    distinct = sum(1 for p in pairs if p["split"] == "train")
+    return {"train_pairs": distinct, **({"train_rows": train_rows} if train_rows != distinct else {})}
+
+
 def training_throughput(train_pairs: int, params: TrainRMParams, steps: int, processes: int, train_s: float,
                         log_history: list[dict]) -> dict:
     """Pairs actually trained (each epoch's pairs; never more than the steps could hold, since a last batch is
@@ -203,7 +210,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     lap("score_eval_s")
     probe_scores = scorer.score(g.probe_items(personas))
     lap("probe_s")
-    metrics.update(train_pairs=len(train_rows), eval_pairs=len(eval_rows), cut_pairs=train_cut + eval_cut,
+    metrics.update(**train_pair_counts(pairs, len(train_rows)), eval_pairs=len(eval_rows), cut_pairs=train_cut + eval_cut,
                    train_loss=round(result.training_loss, 6), train_steps=result.global_step,
                    score_head_tensors=len(head_keys), **training_throughput(
                        len(train_rows), params, result.global_step, trainer.accelerator.num_processes,
