@@ -47,6 +47,8 @@ def main() -> None:
     parser.add_argument("--pairwise", action="store_true", help="also pairwise, both orders (no rubric scores)")
     parser.add_argument("--pairwise-only", action="store_true", help="pairwise only: no rubric scoring")
     parser.add_argument("--length-neutral", action="store_true", help="pairwise: say that length is not quality")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: two runs side by side; the whole machine is faster alone)")
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--out", default="reports/bench/judge_human_agreement.jsonl")
     parser.add_argument("--survey", type=int, default=0, help="stage 2 against the survey, on N conversations")
@@ -56,7 +58,7 @@ def main() -> None:
 
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     from mascot.annotate.judge_check import load_human_items
     from mascot.annotate.score import score_units
     from mascot.config import load_params
@@ -98,7 +100,7 @@ def main() -> None:
                 fig = human_ratings.agreement(items, total, params.human.min_gap, dims)
                 best = max(fig["by_dimension"].items(), key=lambda kv: kv[1]["pairs"] if kv[1]["pairs"] is not None else -1)
                 row = {"model": args.model, "rubric": rubric.name, "style": style, "mode": mode, "items": len(items),
-                       "scored": len(total), "seconds_per_item": round(seconds / len(items), 2),
+                       "scored": len(total), "threads": args.threads, "seconds_per_item": round(seconds / len(items), 2),
                        "resumed": seconds < 1.0, **fig, "best_dimension": best[0]}
                 if args.fit_aggregation:
                     row["fitted_aggregation"] = fitted(items, dims, params.human.min_gap)
@@ -172,7 +174,7 @@ def pairwise(args, items: list[dict], backend, style: str, min_gap: int, tag: st
 def survey(args) -> None:
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     from mascot.annotate.judge_check import survey_agreement
     from mascot.annotate.score import score_units
     from mascot.config import load_params
