@@ -222,9 +222,11 @@ def group_figures(kind: str, work: Path, seconds: dict) -> dict:
     episodes = [json.loads(line) for line in (work / "data/group/episodes.jsonl").read_text().splitlines()]
     first = [next((t["speaker"] for t in e["turns"] if t["role"] == "agent"), None) for e in episodes if e["valid"]]
     planted = metrics(work, "evaluate_group").get("planted_feature", {})
+    persona = planted.get("persona")  # the positive's planted speaker; the negative (noise) plants none
     return {"kind": kind, "seconds": {k: round(v) for k, v in seconds.items()},
             **reward_model_row(metrics(work, "pairs_group"), rm),
-            "beacon_first_in_episodes": round(first.count("The Beacon") / len(first), 3) if first else None,
+            "planted_persona": persona,
+            "planted_first_in_episodes": round(first.count(persona) / len(first), 3) if first and persona else None,
             "promoted": promote.get("promoted"), "promote_reason": promote.get("reason"),
             "director_reward": [director.get("reward_first_step"), director.get("reward_last_step")],
             "watch_verdict": director.get("watch_verdict"), "watch_why": director.get("watch_why"),
@@ -238,7 +240,7 @@ def group_figures(kind: str, work: Path, seconds: dict) -> dict:
 
 def group_table(results: list[dict]) -> str:
     lines = ["| control | block pairs (train / eval) | group reward model [95%], length baseline | promotion | "
-             "Director's watch | The Beacon first: trained / base / random / round-robin | trained - base [95%], n | "
+             "Director's watch | planted speaker first: trained / base / random / round-robin | trained - base [95%], n | "
              "trained - random [95%], n | minutes |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | ---: |"]
     for r in results:
@@ -330,7 +332,9 @@ def main() -> None:
     if stage2 := [r for r in results if r["kind"].startswith("group-")]:
         print(group_table(stage2))
         for r in stage2:
-            print(f"{r['kind']}: The Beacon first in {r['beacon_first_in_episodes']} of the base episodes; "
+            planted = (f"{r['planted_persona']} (planted) first in {r['planted_first_in_episodes']} of the base "
+                       "episodes; " if r["planted_persona"] else "")
+            print(f"{r['kind']}: {planted}"
                   f"{r['promote_reason']}; Director reward {r['director_reward'][0]} -> {r['director_reward'][1]}; "
                   f"watch: {r['watch_why']}")
     for r in results:

@@ -37,7 +37,8 @@ def test_a_stage2_control_repo_reads_into_its_row(tmp_path):
     (tmp_path / ".mascot/promote_group_at_its_gate.json").write_text(json.dumps({"promoted": True, "reason": "ok"}))
 
     row = bench.group_figures("group-positive", tmp_path, {"to_evaluate_group": 600})
-    assert row["beacon_first_in_episodes"] == round(1 / 3, 3)  # the invalid episode does not count
+    assert row["planted_first_in_episodes"] == round(1 / 3, 3)  # the invalid episode does not count
+    assert row["planted_persona"] == "The Beacon"  # read from evaluate_group's figures, not assumed
     assert row["promoted"] is True and row["rm_ci"] == [0.81, 0.98]
     assert row["planted_differences"]["base"] == {"mean": 0.5, "ci_low": 0.29, "ci_high": 0.71, "n": 24,
                                                   "p_sign": 0.001}
