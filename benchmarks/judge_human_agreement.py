@@ -131,10 +131,9 @@ def fitted(items: list[dict], dims: dict, min_gap: int) -> dict:
 def pairwise(args, items: list[dict], backend, style: str, min_gap: int, tag: str, out: Path) -> None:
     """The human pairs judged side by side, both orders, in chunks journaled as they finish (a rerun resumes)."""
     from mascot.annotate.pairwise import CHOICES, both_orders, verdicts
-    from mascot.data.human_ratings import human_pairs
+    from mascot.data.human_ratings import human_pairs, wins_agreement
     from mascot.progress import bar
     from mascot.resume import Journal
-    from mascot.stats import cluster_mean_with_ci, equal_length_accuracy
 
     pairs = human_pairs(items, min_gap)
     prompts = both_orders(pairs, style, args.length_neutral)
@@ -153,13 +152,8 @@ def pairwise(args, items: list[dict], backend, style: str, min_gap: int, tag: st
     finally:
         journal.close()
     wins, bias = verdicts(probs)
-    convs = [hi["conversation_id"] for hi, _ in pairs]
-    fig = cluster_mean_with_ci(wins, convs, null=0.5)
-    eq = equal_length_accuracy(wins, [hi["words"] - lo["words"] for hi, lo in pairs], convs,
-                               [(hi["words"], lo["words"]) for hi, lo in pairs])
-    not_longer = [w for w, (hi, lo) in zip(wins, pairs) if hi["words"] <= lo["words"]]
-    nl = cluster_mean_with_ci(not_longer, [hi["conversation_id"] for hi, lo in pairs if hi["words"] <= lo["words"]],
-                              null=0.5)
+    figures = wins_agreement(pairs, wins)  # the rubric rows' own figures, from the two orders' verdicts
+    fig, eq, nl = figures["pairs"], figures["equal_length"], figures["controlled"]
     row = {"model": args.model, "method": "pairwise", "style": style, "length_neutral": args.length_neutral,
            "pairs": fig, "equal_length": eq, "controlled": nl, **bias,
            "seconds_per_pair": round((time.perf_counter() - start) / max(len(pairs), 1), 2)}

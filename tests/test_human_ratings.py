@@ -100,6 +100,24 @@ def test_at_equal_length_a_length_rule_is_a_coin_and_a_scorer_of_the_ratings_is_
     assert "at equal length" in human_ratings.describe_agreement(by_rating)
 
 
+def test_side_by_side_wins_get_the_rubric_scores_figures():
+    """A pairwise judge's verdicts (wins, not scores) are read by the same rule as a scorer's: the same pairs,
+    not-longer subset and equal-length figure as the scores that give those wins."""
+    ratings, words = {}, {}
+    for c in range(12):
+        ratings[f"c{c}"] = [5, 1]
+        words[f"c{c}-0"], words[f"c{c}-1"] = 10 + (c % 4) * 6, 16 + (c % 3) * 2
+    items = _items(ratings, words)
+    score = {i["item_id"]: float(i["words"]) for i in items}  # the longer turn wins
+    pairs = human_ratings.human_pairs(items, 2)
+    wins = [1.0 if score[hi["item_id"]] > score[lo["item_id"]] else 0.0 if score[hi["item_id"]] < score[lo["item_id"]]
+            else 0.5 for hi, lo in pairs]
+    from_wins, from_scores = human_ratings.wins_agreement(pairs, wins), human_ratings.agreement(items, score, 2)
+    for key in ("pairs", "controlled", "equal_length"):
+        assert from_wins[key] == from_scores[key]
+    assert from_wins["controlled"]["n"] == sum(hi["words"] <= lo["words"] for hi, lo in pairs) < len(pairs)
+
+
 def test_the_interval_resamples_conversations_not_pairs():
     # ten conversations, each all right or all wrong: pairs within one are not independent evidence
     values, clusters = [], []

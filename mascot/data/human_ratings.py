@@ -104,20 +104,28 @@ def counts(items: list[dict], min_gap: int, min_n: int = DEFAULT_MIN_N) -> dict:
     return out
 
 
-def _pair_figure(pairs: list[tuple[dict, dict]], score: dict[str, float], min_n: int) -> dict:
-    wins = pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
-    fig = cluster_mean_with_ci(wins, [hi["conversation_id"] for hi, _ in pairs], null=0.5, min_n=min_n)
+def _wins_figure(wins: list[float], convs: list[str], min_n: int) -> dict:
+    fig = cluster_mean_with_ci(wins, convs, null=0.5, min_n=min_n)
     fig["ties"] = sum(w == 0.5 for w in wins)
     return fig
 
 
-def _equal_length_figure(pairs: list[tuple[dict, dict]], score: dict[str, float], min_n: int) -> dict:
-    """The agreement at equal length: each pair's win (1/0/0.5) regressed on the preferred turn's extra words, the
-    intercept with its interval over conversations, and the length-matched pairs' agreement."""
+def _pair_figure(pairs: list[tuple[dict, dict]], score: dict[str, float], min_n: int) -> dict:
     wins = pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
-    return equal_length_accuracy(wins, [hi["words"] - lo["words"] for hi, lo in pairs],
-                                 [hi["conversation_id"] for hi, _ in pairs],
-                                 [(hi["words"], lo["words"]) for hi, lo in pairs], min_n)
+    return _wins_figure(wins, [hi["conversation_id"] for hi, _ in pairs], min_n)
+
+
+def wins_agreement(pairs: list[tuple[dict, dict]], wins: list[float], min_n: int = DEFAULT_MIN_N) -> dict:
+    """The agreement of per-pair wins (1: the preferred turn won, 0: lost, 0.5: a tie), however they were judged
+    (scores compared, or the two turns side by side): `pairs`, `controlled` (the pairs whose preferred turn is not
+    longer) and `equal_length` (each win regressed on the preferred turn's extra words, the intercept with its
+    interval over conversations, and the length-matched pairs' agreement)."""
+    convs = [hi["conversation_id"] for hi, _ in pairs]
+    kept = [k for k, (hi, lo) in enumerate(pairs) if hi["words"] <= lo["words"]]
+    return {"pairs": _wins_figure(wins, convs, min_n),
+            "controlled": _wins_figure([wins[k] for k in kept], [convs[k] for k in kept], min_n),
+            "equal_length": equal_length_accuracy(wins, [hi["words"] - lo["words"] for hi, lo in pairs], convs,
+                                                  [(hi["words"], lo["words"]) for hi, lo in pairs], min_n)}
 
 
 def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimension: dict[str, dict] | None = None,
@@ -133,11 +141,13 @@ def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimen
     controlled = [(hi, lo) for hi, lo in pairs if hi["words"] <= lo["words"]]
     words = {i["item_id"]: float(i["words"]) for i in scored}
     convs = [i["conversation_id"] for i in scored]
-    out = {"items": len(scored), "pairs": _pair_figure(pairs, score, min_n),
+    judged = wins_agreement(pairs, pairwise_wins([score[hi["item_id"]] for hi, _ in pairs],
+                                                 [score[lo["item_id"]] for _, lo in pairs]), min_n)
+    out = {"items": len(scored), "pairs": judged["pairs"],
            "length_baseline": _pair_figure(pairs, words, min_n),
-           "controlled": _pair_figure(controlled, score, min_n),
+           "controlled": judged["controlled"],
            "length_baseline_controlled": _pair_figure(controlled, words, min_n),
-           "equal_length": _equal_length_figure(pairs, score, min_n),
+           "equal_length": judged["equal_length"],
            "spearman": cluster_spearman_with_ci([score[i["item_id"]] for i in scored], [i["rating"] for i in scored],
                                                convs, min_n=min_n)}
     if by_dimension:
