@@ -14,8 +14,8 @@ def words(text):
     return len(text.split())
 
 
-def test_esconv_sample_speaker_listener(shared_data):
-    dialogues = load_esconv(shared_data / "esconv-sample.json", BadRows())
+def test_esconv_sample_speaker_listener(corpora):
+    dialogues = load_esconv(corpora / "esconv-sample.json", BadRows())
     assert len(dialogues) == 20
     d = dialogues[0]
     assert d.turns[0].role == "user" and d.turns[0].content == "hello"  # stray newline gone
@@ -44,8 +44,8 @@ def test_esconv_bad_speaker_names_row(tmp_path):
         load_esconv(path, BadRows())
 
 
-def test_qmsum_sample_window_within_budget(shared_data):
-    dialogues = load_qmsum(shared_data / "qmsum-sample.jsonl", BadRows())
+def test_qmsum_sample_window_within_budget(corpora):
+    dialogues = load_qmsum(corpora / "qmsum-val.jsonl", BadRows())
     assert dialogues and all(d.source == "qmsum" for d in dialogues)
     assert dialogues[0].metadata["meeting_domain"] == "academic"  # ICSI: Professor/PhD speakers
     queries = build_queries(dialogues, ["The Anchor"], 300, words)
@@ -57,10 +57,10 @@ def test_qmsum_sample_window_within_budget(shared_data):
     assert text.startswith("I was in this meeting") and "?" in text.splitlines()[-1]
 
 
-def test_qmsum_window_contains_focus_span(shared_data):
+def test_qmsum_window_contains_focus_span(corpora):
     from mascot.data.queries import meeting_window
 
-    (d, *_) = [d for d in load_qmsum(shared_data / "qmsum-sample.jsonl", BadRows()) if d.metadata["focus_turns"]]
+    (d, *_) = [d for d in load_qmsum(corpora / "qmsum-val.jsonl", BadRows()) if d.metadata["focus_turns"]]
     transcript, focus = d.metadata["transcript"], d.metadata["focus_turns"]
     text = meeting_window(transcript, focus, "What?", 200, words)
     middle = transcript[sorted(focus)[len(focus) // 2]]
