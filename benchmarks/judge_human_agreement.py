@@ -12,10 +12,13 @@ stage's `score_units`, one thread, each run journaled under .mascot/resume/ (a r
     python benchmarks/judge_human_agreement.py --survey 48   # stage 2: the collective judge against the survey
     python benchmarks/judge_human_agreement.py --model models/judge-1.5b --styles chat --all \
         --rubric data/rubrics/persona-length-neutral.yaml --fit-aggregation --pairwise
+    python benchmarks/judge_human_agreement.py --model models/judge-1.5b --styles chat --all \
+        --rubric data/rubrics/persona-length-neutral.yaml --against data/rubrics/persona.yaml   # paired
 
 `--all`: every rated turn of the set. Judge methods that might beat length (docs/judge.md): `--rubric` another
 rubric file (persona-length-neutral.yaml: length is not quality, with anchors of a long poor and a short
-excellent reply); `--fit-aggregation` the five dimensions weighted as people weigh them, weights fitted on half
+excellent reply); `--against` another rubric on the same turns and the paired difference (each pair's win under one minus under
+the other, at equal length too); `--fit-aggregation` the five dimensions weighted as people weigh them, weights fitted on half
 the conversations and measured on the other (mascot/annotate/fitted_aggregation.py); `--pairwise` the two turns of
 each human pair judged side by side, both orders, a disagreement a tie (mascot/annotate/pairwise.py).
 
@@ -43,6 +46,8 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=None, help="default: human.judge_items")
     parser.add_argument("--all", action="store_true", help="every rated turn (human.judge_items null)")
     parser.add_argument("--rubric", default=None, help="a rubric file in place of score.rubric")
+    parser.add_argument("--against", default=None, metavar="RUBRIC",
+                        help="also this rubric on the same turns (or its earlier run's journal), and the paired difference")
     parser.add_argument("--fit-aggregation", action="store_true", help="also the dimensions' weights fitted to people")
     parser.add_argument("--pairwise", action="store_true", help="also pairwise, both orders (no rubric scores)")
     parser.add_argument("--pairwise-only", action="store_true", help="pairwise only: no rubric scoring")
@@ -77,7 +82,14 @@ def main() -> None:
     items = load_human_items(params)
     if not items:
         sys.exit("no human reference set: run `mascot human_set` first")
-    # the journal's name says what was judged: a rerun of the same resumes, another set or rubric starts afresh
+    shipped_rubric = load_params(args.params).score.rubric
+
+    def journal_for(rubric_file: str | None, style: str, mode: str) -> Journal:
+        # the name says what was judged: a rerun of the same resumes, another set or rubric starts afresh
+        other = rubric_file and rubric_file != shipped_rubric
+        return Journal(f"bench-human-{Path(args.model).name}{'-' + Path(rubric_file).stem if other else ''}-"
+                       f"{len(items)}-{style}-{mode}")
+
     tag = f"{Path(args.model).name}{'-' + Path(args.rubric).stem if args.rubric else ''}-{len(items)}"
     personas = load_personas(params.prepare.personas_file)
     units = REPLY.judge_units(*human_ratings.as_candidates(items), personas)
@@ -88,7 +100,7 @@ def main() -> None:
     try:
         for mode in ([] if args.pairwise_only else args.modes.split(",")):
             for style in args.styles.split(","):
-                journal = Journal(f"bench-human-{tag}-{style}-{mode}")
+                journal = journal_for(args.rubric, style, mode)
                 start = time.perf_counter()
                 try:
                     records = score_units(units, rubric, params.score.model_copy(update={"mode": mode}), backend,
@@ -104,6 +116,9 @@ def main() -> None:
                        "resumed": seconds < 1.0, **fig, "best_dimension": best[0]}
                 if args.fit_aggregation:
                     row["fitted_aggregation"] = fitted(items, dims, params.human.min_gap)
+                if args.against:
+                    row["paired_against"] = against(args, items, units, params, backend, style, mode, total,
+                                                    journal_for(args.against, style, mode))
                 with out.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(f"{Path(args.model).name} {style}/{mode}: {human_ratings.describe_agreement(fig)}; Spearman "
@@ -118,6 +133,27 @@ def main() -> None:
                 pairwise(args, items, backend, style, params.human.min_gap, tag, out)
     finally:
         backend.close()
+
+
+def against(args, items: list[dict], units: list, params, backend, style: str, mode: str, total: dict,
+            journal) -> dict:
+    """The same turns scored on the `--against` rubric, and this run's wins minus its on the same pairs, paired."""
+    from mascot.annotate.rubric import load_rubric
+    from mascot.annotate.score import score_units
+    from mascot.data import human_ratings
+
+    other = load_rubric(args.against)
+    try:
+        records = score_units(units, other, params.score.model_copy(update={"mode": mode}), backend, journal,
+                              prompt_style=style)
+    finally:
+        journal.close()
+    fig = human_ratings.paired_difference(items, human_ratings.scores_by_item(items, records, other.dimensions)[0],
+                                          total, params.human.min_gap, params.stats.min_n)
+    raw, eq = fig["raw"], fig["equal_length"]
+    print(f"  paired, this rubric - {other.name}: {raw['mean']} [{raw['ci_low']}, {raw['ci_high']}] on {raw['n']} "
+          f"pairs; at equal length {eq['mean']} [{eq['ci_low']}, {eq['ci_high']}]", flush=True)
+    return {"rubric": other.name, **fig}
 
 
 def fitted(items: list[dict], dims: dict, min_gap: int) -> dict:

@@ -118,6 +118,18 @@ def test_side_by_side_wins_get_the_rubric_scores_figures():
     assert from_wins["controlled"]["n"] == sum(hi["words"] <= lo["words"] for hi, lo in pairs) < len(pairs)
 
 
+def test_two_scorers_are_compared_pair_by_pair_on_the_pairs_both_scored():
+    ratings = {f"c{c}": [5, 1] for c in range(12)}
+    items = _items(ratings)
+    right = {i["item_id"]: float(i["rating"]) for i in items}
+    coin = {i["item_id"]: 3.0 for i in items}  # every pair a tie: 0.5
+    fig = human_ratings.paired_difference(items, coin, right, 2)
+    assert fig["raw"]["mean"] == 0.5 and fig["raw"]["n"] == 12 and fig["raw"]["ci_low"] == 0.5
+    assert fig["equal_length"]["n"] == 12
+    del right["c0-0"]  # a turn one scorer left unscored takes its pair out of both
+    assert human_ratings.paired_difference(items, coin, right, 2)["raw"]["n"] == 11
+
+
 def test_the_interval_resamples_conversations_not_pairs():
     # ten conversations, each all right or all wrong: pairs within one are not independent evidence
     values, clusters = [], []

@@ -24,7 +24,7 @@ from mascot.data.prepare import load_source, token_counter
 from mascot.data.queries import CountTokens, context_window
 from mascot.io import BadRows, InputError, write_json, write_jsonl
 from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, cluster_spearman_with_ci, describe_equal_length,
-                          equal_length_accuracy, pairwise_wins)
+                          equal_length_accuracy, equal_length_difference, pairwise_wins)
 
 LENGTH = "length"  # the baseline scorer: a reply's words
 
@@ -126,6 +126,24 @@ def wins_agreement(pairs: list[tuple[dict, dict]], wins: list[float], min_n: int
             "controlled": _wins_figure([wins[k] for k in kept], [convs[k] for k in kept], min_n),
             "equal_length": equal_length_accuracy(wins, [hi["words"] - lo["words"] for hi, lo in pairs], convs,
                                                   [(hi["words"], lo["words"]) for hi, lo in pairs], min_n)}
+
+
+def paired_difference(items: list[dict], score_a: dict[str, float], score_b: dict[str, float], min_gap: int,
+                      min_n: int = DEFAULT_MIN_N) -> dict:
+    """Two scorers (two rubrics of one judge, say) on the same human pairs: each pair's win under `score_b` minus
+    its win under `score_a`, `raw` (mean, interval over conversations, n) and `equal_length` (regressed on the
+    preferred turn's extra words). Only items both scored."""
+    scored = [i for i in items if score_a.get(i["item_id"]) is not None and score_b.get(i["item_id"]) is not None]
+    pairs = human_pairs(scored, min_gap)
+
+    def wins(score):
+        return pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
+
+    diffs = [b - a for a, b in zip(wins(score_a), wins(score_b))]
+    convs = [hi["conversation_id"] for hi, _ in pairs]
+    return {"raw": cluster_mean_with_ci(diffs, convs, null=0.0, min_n=min_n),
+            "equal_length": equal_length_difference(diffs, [hi["words"] - lo["words"] for hi, lo in pairs], convs,
+                                                    [(hi["words"], lo["words"]) for hi, lo in pairs], min_n=min_n)}
 
 
 def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimension: dict[str, dict] | None = None,
