@@ -17,9 +17,9 @@ stage's `score_units`, one thread, each run journaled under .mascot/resume/ (a r
 
 `--all`: every rated turn of the set. Judge methods that might beat length (docs/judge.md): `--rubric` another
 rubric file (persona-length-neutral.yaml: length is not quality, with anchors of a long poor and a short
-excellent reply); `--against` another rubric on the same turns and the paired difference (each pair's win under one minus under
-the other, at equal length too); `--fit-aggregation` the five dimensions weighted as people weigh them, weights fitted on half
-the conversations and measured on the other (mascot/annotate/fitted_aggregation.py); `--pairwise` the two turns of
+excellent reply); `--against` another rubric on the same turns and the paired difference (each pair's win under
+one minus under the other, at equal length too); `--fit-aggregation` the five dimensions weighted as people
+weigh them, weights fitted on half the conversations and measured on the other (mascot/annotate/fitted_aggregation.py); `--pairwise` the two turns of
 each human pair judged side by side, both orders, a disagreement a tie (mascot/annotate/pairwise.py).
 
 `--survey N`: the collective judge (score_group's rubric) on the human supporter's blocks of N conversations
@@ -47,7 +47,8 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="every rated turn (human.judge_items null)")
     parser.add_argument("--rubric", default=None, help="a rubric file in place of score.rubric")
     parser.add_argument("--against", default=None, metavar="RUBRIC",
-                        help="also this rubric on the same turns (or its earlier run's journal), and the paired difference")
+                        help="also this rubric on the same turns (or its earlier run's journal), and the paired "
+                             "difference")
     parser.add_argument("--fit-aggregation", action="store_true", help="also the dimensions' weights fitted to people")
     parser.add_argument("--pairwise", action="store_true", help="also pairwise, both orders (no rubric scores)")
     parser.add_argument("--pairwise-only", action="store_true", help="pairwise only: no rubric scoring")
@@ -112,7 +113,8 @@ def main() -> None:
                 fig = human_ratings.agreement(items, total, params.human.min_gap, dims)
                 best = max(fig["by_dimension"].items(), key=lambda kv: kv[1]["pairs"] if kv[1]["pairs"] is not None else -1)
                 row = {"model": args.model, "rubric": rubric.name, "style": style, "mode": mode, "items": len(items),
-                       "scored": len(total), "threads": args.threads, "seconds_per_item": round(seconds / len(items), 2),
+                       "scored": len(total), "threads": args.threads,
+                       "seconds_per_item": round(seconds / len(items), 2),
                        "resumed": seconds < 1.0, **fig, "best_dimension": best[0]}
                 if args.fit_aggregation:
                     row["fitted_aggregation"] = fitted(items, dims, params.human.min_gap)
