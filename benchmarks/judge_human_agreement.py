@@ -19,8 +19,9 @@ stage's `score_units`, one thread, each run journaled under .mascot/resume/ (a r
 rubric file (persona-length-neutral.yaml: length is not quality, with anchors of a long poor and a short
 excellent reply); `--against` another rubric on the same turns and the paired difference (each pair's win under
 one minus under the other, at equal length too); `--fit-aggregation` the five dimensions weighted as people
-weigh them, weights fitted on half the conversations and measured on the other (mascot/annotate/fitted_aggregation.py); `--pairwise` the two turns of
-each human pair judged side by side, both orders, a disagreement a tie (mascot/annotate/pairwise.py).
+weigh them, weights fitted on half the conversations and measured on the other
+(mascot/annotate/fitted_aggregation.py); `--pairwise` the two turns of each human pair judged side by side, both
+orders, a disagreement a tie (mascot/annotate/pairwise.py).
 
 `--survey N`: the collective judge (score_group's rubric) on the human supporter's blocks of N conversations
 that carry the seekers' survey (judge_check_group's reference blocks, the human variant only), against the
