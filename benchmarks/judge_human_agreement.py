@@ -76,6 +76,7 @@ def main() -> None:
     from mascot.resume import Journal
 
     params = load_params(args.params)
+    shipped_rubric = params.score.rubric  # before --rubric replaces it: the journal name leaves it unsaid
     if args.items or args.all:
         params = params.model_copy(update={"human": params.human.model_copy(
             update={"judge_items": None if args.all else args.items})})
@@ -84,8 +85,6 @@ def main() -> None:
     items = load_human_items(params)
     if not items:
         sys.exit("no human reference set: run `mascot human_set` first")
-    shipped_rubric = load_params(args.params).score.rubric
-
     def journal_for(rubric_file: str | None, style: str, mode: str) -> Journal:
         # the name says what was judged: a rerun of the same resumes, another set or rubric starts afresh
         other = rubric_file and rubric_file != shipped_rubric

@@ -110,9 +110,12 @@ def _wins_figure(wins: list[float], convs: list[str], min_n: int) -> dict:
     return fig
 
 
+def _score_wins(pairs: list[tuple[dict, dict]], score: dict[str, float]) -> list[float]:
+    return pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
+
+
 def _pair_figure(pairs: list[tuple[dict, dict]], score: dict[str, float], min_n: int) -> dict:
-    wins = pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
-    return _wins_figure(wins, [hi["conversation_id"] for hi, _ in pairs], min_n)
+    return _wins_figure(_score_wins(pairs, score), [hi["conversation_id"] for hi, _ in pairs], min_n)
 
 
 def wins_agreement(pairs: list[tuple[dict, dict]], wins: list[float], min_n: int = DEFAULT_MIN_N) -> dict:
@@ -135,11 +138,7 @@ def paired_difference(items: list[dict], score_a: dict[str, float], score_b: dic
     preferred turn's extra words). Only items both scored."""
     scored = [i for i in items if score_a.get(i["item_id"]) is not None and score_b.get(i["item_id"]) is not None]
     pairs = human_pairs(scored, min_gap)
-
-    def wins(score):
-        return pairwise_wins([score[hi["item_id"]] for hi, _ in pairs], [score[lo["item_id"]] for _, lo in pairs])
-
-    diffs = [b - a for a, b in zip(wins(score_a), wins(score_b))]
+    diffs = [b - a for a, b in zip(_score_wins(pairs, score_a), _score_wins(pairs, score_b))]
     convs = [hi["conversation_id"] for hi, _ in pairs]
     return {"raw": cluster_mean_with_ci(diffs, convs, null=0.0, min_n=min_n),
             "equal_length": equal_length_difference(diffs, [hi["words"] - lo["words"] for hi, lo in pairs], convs,
@@ -159,8 +158,7 @@ def agreement(items: list[dict], score: dict[str, float], min_gap: int, by_dimen
     controlled = [(hi, lo) for hi, lo in pairs if hi["words"] <= lo["words"]]
     words = {i["item_id"]: float(i["words"]) for i in scored}
     convs = [i["conversation_id"] for i in scored]
-    judged = wins_agreement(pairs, pairwise_wins([score[hi["item_id"]] for hi, _ in pairs],
-                                                 [score[lo["item_id"]] for _, lo in pairs]), min_n)
+    judged = wins_agreement(pairs, _score_wins(pairs, score), min_n)
     out = {"items": len(scored), "pairs": judged["pairs"],
            "length_baseline": _pair_figure(pairs, words, min_n),
            "controlled": judged["controlled"],

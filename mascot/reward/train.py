@@ -52,10 +52,16 @@ def tokenize_pairs(pairs: list[dict], personas: dict, tokenizer, max_length: int
     return rows, cut
 
 
+def repeat_by_weight(pairs: list[dict], rows: list) -> list:
+    """Each of `rows` (one per pair) as many times as its pair's `weight` (pairs.human_weight; 1 when absent):
+    the weight by repetition, which TRL's RewardTrainer takes as it is (one epoch sees the pair W times)."""
+    return [row for p, row in zip(pairs, rows) for _ in range(int(p.get("weight", 1)))]
+
+
 def weighted_train_pairs(pairs: list[dict]) -> list[dict]:
-    """The train split, a pair of `weight` W (pairs.human_weight) W times: the weight by repetition, which
-    TRL's RewardTrainer takes as it is (one epoch sees the pair W times)."""
-    return [p for p in pairs if p["split"] == "train" for _ in range(int(p.get("weight", 1)))]
+    """The train split, a pair of `weight` W W times (`repeat_by_weight`)."""
+    train = [p for p in pairs if p["split"] == "train"]
+    return repeat_by_weight(train, train)
 
 
 def train_pair_counts(pairs: list[dict], train_rows: int) -> dict:
@@ -150,7 +156,7 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     from trl import RewardTrainer
 
     g = GRANULARITIES[granularity]
-    train_pairs = weighted_train_pairs(pairs)
+    train_pairs = [p for p in pairs if p["split"] == "train"]
     eval_pairs = [p for p in pairs if p["split"] == "eval"]
     if not train_pairs:
         raise InputError(f"{g.rm_block}: the pairs file has no "
@@ -169,6 +175,8 @@ def train_reward_model(pairs: list[dict], personas: dict, params: TrainRMParams,
     if not params.use_margin:
         for row in train_rows + eval_rows:
             row.pop("margin")
+    # a weighted pair is tokenized (and counted as cut) once, then repeated
+    train_rows = repeat_by_weight(train_pairs, train_rows)
     lap("tokenize_s")
 
     torch.manual_seed(params.seed)
