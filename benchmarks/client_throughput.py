@@ -89,7 +89,7 @@ def main() -> None:
     server = None
     if not args.base_url:
         from mascot.llm.base_model import build_tiny_model
-        from mascot.llm.serve import ServeConfig, VLLMServer
+        from mascot.ops.serve import ServeConfig, VLLMServer
 
         model_dir = Path(tempfile.mkdtemp()) / "tiny"
         root = Path(__file__).resolve().parents[1]

@@ -103,7 +103,7 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 def measure_vllm(vllm_python, params, queries, personas, items, replies: int) -> dict:
     from mascot.config import LLMEndpoint
     from mascot.llm.openai_backend import OpenAIBackend
-    from mascot.llm.serve import ServeConfig, VLLMServer
+    from mascot.ops.serve import ServeConfig, VLLMServer
 
     model_dir = str(Path(params.llm.judge.model).resolve())
     port = free_port()

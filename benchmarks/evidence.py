@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 STAGE = re.compile(r"^Running stage '([^']+)'")
-from mascot.processes import stop_group  # noqa: E402  (after the path: the checkout's own mascot)
+from mascot.ops.processes import stop_group  # noqa: E402  (after the path: the checkout's own mascot)
 
 
 def prepare_workdir(workdir: Path) -> dict:

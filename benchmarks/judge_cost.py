@@ -71,7 +71,7 @@ def main() -> None:
     from mascot.io import load_jsonl
     from mascot.llm.local_backend import LocalBackend
     from mascot.llm.openai_backend import OpenAIBackend
-    from mascot.llm.serve import ServeConfig, VLLMServer
+    from mascot.ops.serve import ServeConfig, VLLMServer
 
     params = load_params("params.yaml")
     personas = load_personas(params.prepare.personas_file)

@@ -130,7 +130,7 @@ def fixed_costs_of_the_stage(workdir: Path) -> dict:
     """Our whole stage function once, tracked into a throwaway sqlite store: its time_* metrics."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'bench.db'}", "HF_HUB_OFFLINE": "1"}
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from mascot.config import load_params; from mascot.reward.train import main; "
+            "from mascot.config import load_params; from mascot.stages.train_rm import main; "
             f"p=load_params('params.yaml'); p=p.model_copy(update={{'mlflow': p.mlflow.model_copy(update="
             f"{{'artifact_root': '{workdir / 'artifacts'}'}})}}); "
             f"main(p, pairs_path='{workdir / 'pairs.jsonl'}', out_dir='{workdir / 'stage'}', "

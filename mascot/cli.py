@@ -17,28 +17,28 @@ from mascot.launch import one_write_per_line, relaunch, under_launcher
 from mascot.llm.backend import ServerError
 
 STAGES = {
-    "base_model": "mascot.llm.base_model",
-    "small_model": "mascot.llm.base_model:main_small",
-    "prepare": "mascot.data.prepare",
-    "human_set": "mascot.data.human_ratings",
-    "generate": "mascot.annotate.generate",
-    "judge_check": "mascot.annotate.judge_check",
-    "score": "mascot.annotate.score",
-    "pairs": "mascot.pairs",
-    "validate": "mascot.validate.stage",
-    "train_rm": "mascot.reward.train",
-    "train_grpo": "mascot.policy.grpo",
-    "evaluate": "mascot.policy.evaluate",
+    "base_model": "mascot.stages.base_model",
+    "small_model": "mascot.stages.base_model:main_small",
+    "prepare": "mascot.stages.prepare",
+    "human_set": "mascot.stages.human_set",
+    "generate": "mascot.stages.generate",
+    "judge_check": "mascot.stages.judge_check",
+    "score": "mascot.stages.score",
+    "pairs": "mascot.stages.pairs",
+    "validate": "mascot.stages.validate",
+    "train_rm": "mascot.stages.train_rm",
+    "train_grpo": "mascot.stages.train_grpo",
+    "evaluate": "mascot.stages.evaluate",
     # stage 2: the Director, one level up
-    "episodes": "mascot.annotate.episodes",
-    "judge_check_group": "mascot.annotate.judge_check:main_group",
-    "score_group": "mascot.annotate.score:main_group",
-    "pairs_group": "mascot.pairs:main_group",
-    "validate_group": "mascot.validate.stage:main_group",
-    "train_group_rm": "mascot.reward.train:main_group",
-    "promote_group": "mascot.promote:main_group",
-    "train_director": "mascot.policy.director",
-    "evaluate_group": "mascot.policy.evaluate_group",
+    "episodes": "mascot.stages.episodes",
+    "judge_check_group": "mascot.stages.judge_check:main_group",
+    "score_group": "mascot.stages.score:main_group",
+    "pairs_group": "mascot.stages.pairs:main_group",
+    "validate_group": "mascot.stages.validate:main_group",
+    "train_group_rm": "mascot.stages.train_rm:main_group",
+    "promote_group": "mascot.stages.promote:main_group",
+    "train_director": "mascot.stages.train_director",
+    "evaluate_group": "mascot.stages.evaluate_group",
 }
 
 
@@ -131,11 +131,11 @@ def _main(argv: list[str]) -> int:
     # a subcommand's own module loads for that subcommand only: what this module imports at the top is code every
     # stage runs, and so in every stage's DVC dependencies (mascot/stage_deps.py)
     if argv[:1] == ["serve"]:  # its own options; no params.yaml needed
-        from mascot.llm.serve import main as serve_main
+        from mascot.ops.serve import main as serve_main
 
         return serve_main(argv[1:])
     if argv[:1] == ["stack"]:  # the team tracking stack; no params.yaml needed
-        from mascot.stack import main as stack_main
+        from mascot.ops.stack import main as stack_main
 
         return stack_main(argv[1:])
     # no HF_HUB_OFFLINE here: only the base_model/small_model stages' hub source talks to a hub, and every other
@@ -171,12 +171,12 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
     if args.command in STAGES or (args.command == "promote" and not (args.version or args.from_experiment)):
         reads.start(args.command)  # with MASCOT_RECORD_READS set: what the stage reads (mascot/reads.py)
     if args.command == "probe":
-        from mascot.promote import probe_main
+        from mascot.stages.promote import probe_main
 
         probe_main(params, args.uri)
         return 0
     if args.command == "promote":
-        from mascot import promote as promote_mod
+        from mascot.stages import promote as promote_mod
 
         if args.from_experiment:
             if args.version:

@@ -1,4 +1,5 @@
-"""The `pairs` and `pairs_group` stages: chosen/rejected preference pairs from scored units (pure functions).
+"""Chosen/rejected preference pairs from scored units, pure functions (the `pairs` and `pairs_group` stages:
+mascot/stages/pairs.py).
 
 One pairing rule for both granularities (`ranked_pairs`): every pair of one group's scored units whose totals
 differ by at least the margin, a tie never, identical texts never. Stage 1's group is a query and persona
@@ -7,14 +8,12 @@ from __future__ import annotations
 
 import hashlib
 from itertools import combinations
-from pathlib import Path
 from statistics import fmean
 
 from mascot.config import PairsParams
 from mascot.data.human_ratings import human_pairs
-from mascot.data.personas import Persona, load_personas
+from mascot.data.personas import Persona
 from mascot.granularity import BLOCK, REPLY
-from mascot.io import InputError, load_jsonl, write_json, write_jsonl
 from mascot.splits import conversation_of, is_held_out, split_of, split_counts
 from mascot.transcript import turn_messages
 
@@ -183,18 +182,6 @@ def pair_metrics_summary(pairs: list[dict], margin: float, before: float | None,
                                       for src in sorted({p.get("pair_source", "judge") for p in pairs})}}
 
 
-def _finish(name: str, pairs: list[dict], params: PairsParams, out: str, metrics: str, extra: dict | None = None) -> None:
-    before, dropped = chosen_longer_fraction(pairs), 0
-    if params.balance_length:
-        pairs, dropped = balance_length(pairs, params.split_seed)
-    write_jsonl(out, pairs)
-    m = {**pair_metrics_summary(pairs, params.score_margin, before, dropped), **(extra or {})}
-    write_json(metrics, m)
-    print(f"{name}: {len(pairs)} pairs at margin {params.score_margin}: train {m['train_pairs']} pairs of "
-          f"{m['train_conversations']} conversations, eval {m['eval_pairs']} of {m['eval_conversations']}; chosen longer in "
-          f"{m['chosen_longer_fraction']} (before balancing {before}, {dropped} dropped) -> {out}")
-
-
 def stage_pairs(params, queries: dict[str, dict], candidates: list[dict], scores: list[dict], personas: dict,
                 human_items: list[dict] | None) -> tuple[list[dict], dict]:
     """The `pairs` stage's pairs before length balancing (the judge's, then the seekers' own with pairs.human),
@@ -209,20 +196,3 @@ def stage_pairs(params, queries: dict[str, dict], candidates: list[dict], scores
     return pairs, extra
 
 
-def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
-         scores_path: str = "data/scores.jsonl", out: str = "data/pairs.jsonl",
-         metrics: str = "reports/figures/pairs.json", human_path: str = "data/human/items.jsonl") -> None:
-    if params.pairs.human and not Path(human_path).exists():
-        raise InputError(f"pairs.human is on but {human_path} does not exist: run the human_set stage")
-    pairs, extra = stage_pairs(params, {q["query_id"]: q for q in load_jsonl(queries_path)}, load_jsonl(candidates_path),
-                               load_jsonl(scores_path), load_personas(params.prepare.personas_file),
-                               load_jsonl(human_path) if params.pairs.human else None)
-    _finish("pairs", pairs, params.pairs, out, metrics, extra)
-
-
-def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
-               scores_path: str = "data/group/scores.jsonl", out: str = "data/group/pairs.jsonl",
-               metrics: str = "reports/figures/pairs_group.json") -> None:
-    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    pairs = build_block_pairs(load_jsonl(episodes_path), load_jsonl(scores_path), queries, params.group_pairs)
-    _finish("pairs_group", pairs, params.group_pairs, out, metrics)

@@ -24,7 +24,7 @@ from mascot.cli import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 # what `mascot <stage>` runs, beside mascot.cli.STAGES: the promotion gates
-EXTRA_STAGES = {"promote": "mascot.promote", "promote_group": "mascot.promote"}
+EXTRA_STAGES = {"promote": "mascot.stages.promote", "promote_group": "mascot.stages.promote"}
 # what mascot/cli.py imports for every stage before dispatching to it
 DISPATCH = ("mascot.config", "mascot.headline", "mascot.io", "mascot.launch", "mascot.llm.backend", "mascot.reads")
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mascot.processes import stop_group
+from mascot.ops.processes import stop_group
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -11,15 +11,15 @@ import sys
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mascot"
 
+STAGE_MODULES = ("base_model", "prepare", "human_set", "generate", "judge_check", "score", "pairs", "validate",
+                 "train_rm", "promote", "train_grpo", "evaluate", "episodes", "train_director", "evaluate_group")
 # each module's floor (docs/architecture.md): a module imports only modules on its own floor or below. A new
 # module gets a floor here, where the reader of docs/architecture.md will look for it.
 FLOORS = {
     # 0: foundations: they import only each other
     "mascot": 0, "mascot.io": 0, "mascot.reads": 0, "mascot.progress": 0, "mascot.stats": 0, "mascot.transcript": 0,
-    "mascot.trainer_args": 0, "mascot.precision": 0, "mascot.launch": 0, "mascot.processes": 0,
-    "mascot.stack": 0, "mascot.stack.common": 0, "mascot.stack.postgres": 0, "mascot.stack.seaweedfs": 0,
-    "mascot.stack.mlflow_server": 0, "mascot.stack.supervisor": 0,
-    "mascot.llm": 0, "mascot.llm.backend": 0, "mascot.llm.serve": 0, "mascot.data": 0, "mascot.data.dialogue": 0,
+    "mascot.trainer_args": 0, "mascot.precision": 0, "mascot.launch": 0,
+    "mascot.llm": 0, "mascot.llm.backend": 0, "mascot.llm.servers": 0, "mascot.data": 0, "mascot.data.dialogue": 0,
     # 1: shared services: params, journals, splits, the registry, personas, corpus readers
     "mascot.config": 1, "mascot.profiles": 1, "mascot.resume": 1, "mascot.checkpoints": 1, "mascot.splits": 1,
     "mascot.registry": 1, "mascot.llm.identity": 1, "mascot.data.personas": 1, "mascot.data.queries": 1,
@@ -34,17 +34,23 @@ FLOORS = {
     "mascot.annotate.controls": 3, "mascot.annotate.pairwise": 3, "mascot.annotate.fitted_aggregation": 3,
     # 4: one paradigm at two granularities (a reply, a block of group turns)
     "mascot.granularity": 4,
-    # 5: the stages from scores to a promoted reward model
+    # 5: the cores of the stages from scores to a promoted reward model
     "mascot.annotate.score": 5, "mascot.annotate.judge_check": 5, "mascot.annotate.episodes": 5, "mascot.pairs": 5,
-    "mascot.validate": 5, "mascot.validate.suites": 5, "mascot.validate.gate": 5, "mascot.validate.stage": 5,
+    "mascot.validate": 5, "mascot.validate.suites": 5, "mascot.validate.gate": 5,
     "mascot.reward": 5, "mascot.reward.prompt": 5, "mascot.reward.scorer": 5, "mascot.reward.evaluation": 5,
     "mascot.reward.train": 5, "mascot.reward.odin": 5, "mascot.promote": 5,
-    # 6: policies: GRPO for the speaker and the Director, the watch, the evaluations
+    # 6: policies' cores: GRPO for the speaker and the Director, the watch, the evaluations
     "mascot.policy": 6, "mascot.policy.rewards": 6, "mascot.policy.watch": 6, "mascot.policy.watch.verdict": 6,
     "mascot.policy.watch.chart": 6, "mascot.policy.watch.kl": 6, "mascot.policy.watch.callback": 6, "mascot.policy.engine": 6, "mascot.policy.grpo": 6,
     "mascot.policy.evaluate": 6, "mascot.policy.director": 6, "mascot.policy.evaluate_group": 6,
-    # 7: the command line and what reads it
-    "mascot.cli": 7, "mascot.stage_deps": 7, "mascot.param_deps": 7, "mascot.headline": 1,
+    # 7: the stages, one module per DVC stage (its two granularities in one): files, MLflow and printing
+    "mascot.stages": 7, **{f"mascot.stages.{name}": 7 for name in STAGE_MODULES},
+    # operations apart from the method (`mascot serve`, `mascot stack`): only the command line imports them
+    "mascot.ops": 0, "mascot.ops.processes": 0, "mascot.ops.serve": 0, "mascot.ops.stack": 0,
+    "mascot.ops.stack.common": 0, "mascot.ops.stack.postgres": 0, "mascot.ops.stack.seaweedfs": 0,
+    "mascot.ops.stack.mlflow_server": 0, "mascot.ops.stack.supervisor": 0,
+    # 8: the command line and what reads it
+    "mascot.cli": 8, "mascot.stage_deps": 8, "mascot.param_deps": 8, "mascot.headline": 1,
 }
 # what a light command (`mascot --help`, `mascot profile`, `mascot stack`) must not load
 HEAVY = {"torch", "transformers", "trl", "peft", "mlflow", "vllm", "openai", "datasets", "accelerate",
@@ -171,3 +177,25 @@ def test_no_undefined_name_and_no_unused_import():
     found = subprocess.run([sys.executable, "-m", "pyflakes", "mascot", "benchmarks"], capture_output=True, text=True,
                            cwd=ROOT)
     assert found.returncode == 0 and not found.stdout.strip(), found.stdout + found.stderr
+
+
+def test_every_stage_runs_from_its_own_room_and_no_stage_imports_another():
+    """`mascot <stage>` runs a function of mascot/stages/<module>.py, and a stage module imports no other stage
+    module (what two stages share lives below both)."""
+    from mascot.cli import STAGES
+    from mascot.stage_deps import EXTRA_STAGES
+
+    targets = {target.partition(":")[0] for target in {**STAGES, **EXTRA_STAGES}.values()}
+    assert targets == {f"mascot.stages.{name}" for name in STAGE_MODULES}, targets
+    edges = {m: [t for t, _, _ in found] for m, found in graph()[1].items()}
+    crossing = {m: sorted(t for t in edges.get(m, []) if t in targets and t != m) for m in targets}
+    assert not any(crossing.values()), crossing
+
+
+def test_the_pipeline_imports_no_operations_code():
+    """`mascot serve` and the team stack live in mascot/ops: only the command line (for those subcommands) and
+    ops itself import it, so no stage runs operations code."""
+    known, edges = graph()
+    into_ops = sorted(f"{m} -> {t} (line {line})" for m, found in edges.items() for t, _, line in found
+                      if t.startswith("mascot.ops") and not m.startswith("mascot.ops") and m != DISPATCHER)
+    assert not into_ops, into_ops

@@ -127,7 +127,7 @@ def run_stage(module, work, env, resume_dir, out):
 
 
 def run_generate(work, env, resume_dir, out):
-    return run_stage("mascot.annotate.generate", work, env, resume_dir, out)
+    return run_stage("mascot.stages.generate", work, env, resume_dir, out)
 
 
 def journal_lines(path: Path) -> int:
@@ -167,7 +167,7 @@ def test_kill_9_mid_stage_then_resume_equals_clean_run(tiny_workspace):
 
 
 def run_episodes(work, env, resume_dir, out):
-    return run_stage("mascot.annotate.episodes", work, env, resume_dir, out)
+    return run_stage("mascot.stages.episodes", work, env, resume_dir, out)
 
 
 def test_kill_9_during_episodes_then_resume_equals_clean_run(tiny_workspace):

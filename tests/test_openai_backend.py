@@ -80,10 +80,10 @@ def test_chat_prefill_is_continued_not_answered(server):
 
 
 def test_seeds_follow_the_server_build(server, monkeypatch, tmp_path):
-    from mascot.llm import serve
+    from mascot.llm import servers
 
-    monkeypatch.setattr(serve, "SERVERS_FILE", tmp_path / "servers.json")
-    serve.record_server("http://127.0.0.1:1/v1", "cpu")  # this (live) process stands for the server
+    monkeypatch.setattr(servers, "SERVERS_FILE", tmp_path / "servers.json")
+    servers.record_server("http://127.0.0.1:1/v1", "cpu")  # this (live) process stands for the server
     assert backend("http://127.0.0.1:1/v1", send_seed="auto").send_seed is False  # started here on the CPU
     b = backend(server, send_seed="auto")
     monkeypatch.setattr(b, "server_version", lambda: "0.32.0+cpu")

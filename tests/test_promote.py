@@ -45,8 +45,9 @@ def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    from mascot import promote, registry
-    from mascot.reward import train
+    from mascot import registry
+    from mascot.stages import promote
+    from mascot.stages import train_rm as train
     from mascot.reward.scorer import RewardScorer
 
     tmp, params = workspace
@@ -89,8 +90,9 @@ def test_half_registered_version_is_never_promoted(workspace):
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    from mascot import promote, registry
-    from mascot.reward import train
+    from mascot import registry
+    from mascot.stages import promote
+    from mascot.stages import train_rm as train
 
     tmp, params = workspace
     train.main(params)

@@ -29,7 +29,7 @@ RECORDS = ["data/candidates.jsonl", "data/scores.jsonl", "data/group/episodes.js
 @pytest.fixture(scope="module")
 def rehearsal(repo_root, tmp_path_factory):
     from benchmarks.pipeline_copy import fresh_pipeline_copy
-    from mascot.llm.serve import ServeConfig, VLLMServer
+    from mascot.ops.serve import ServeConfig, VLLMServer
 
     if not VLLM_PYTHON.exists():
         pytest.skip(f"{VLLM_PYTHON} not found: create the serving environment with `make vllm-env`")

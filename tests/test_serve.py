@@ -40,7 +40,7 @@ def test_serve_reports_a_server_that_dies_while_serving(tmp_path):
 def test_data_parallel_size_reaches_vllm_and_splits_the_gpus():
     import pytest
 
-    from mascot.llm.serve import ServeConfig, build_command
+    from mascot.ops.serve import ServeConfig, build_command
 
     cmd, _ = build_command(ServeConfig(model="m", data_parallel_size=4), gpus=8)
     assert cmd[cmd.index("--data-parallel-size") + 1] == "4" and cmd[cmd.index("--tensor-parallel-size") + 1] == "2"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from mascot.stack.common import port_open
+from mascot.ops.stack.common import port_open
 from tests.conftest import free_port, ran_stages, sh
 
 pytestmark = pytest.mark.integration
@@ -418,7 +418,7 @@ def test_stack_down_leaves_no_process_and_up_keeps_everything(stack, team_clone,
 def test_up_that_fails_half_way_stops_what_it_started_and_says_what_failed(monkeypatch):
     """PostgreSQL and SeaweedFS start, then the MLflow step fails: `up` stops the two it started and names the
     failure; a second `up` after the fix starts from a clean slate (no "Address already in use")."""
-    from mascot.stack import supervisor as stack
+    from mascot.ops.stack import supervisor as stack
 
     if not glob("/usr/lib/postgresql/*/bin/initdb"):
         pytest.skip("PostgreSQL is not installed: `make stack-deps` (as root) or `apt-get install postgresql`")
@@ -455,7 +455,7 @@ def test_up_that_fails_half_way_stops_what_it_started_and_says_what_failed(monke
 
 
 def test_up_refuses_before_starting_anything_when_the_team_extra_is_missing(monkeypatch, tmp_path):
-    from mascot.stack import supervisor as stack
+    from mascot.ops.stack import supervisor as stack
 
     for var in ("MASCOT_STACK_DB_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_AUTH_ADMIN_PASSWORD"):
         monkeypatch.setenv(var, "x")

@@ -164,7 +164,7 @@ def test_a_judge_at_chance_stops_or_warns_in_words(repo_root, tmp_path, monkeypa
 
     from mascot.config import parse_params
     from mascot.io import write_json, write_jsonl
-    from mascot.validate import stage
+    from mascot.stages import validate as stage
 
     cands, scores, pairs = dataset()
     monkeypatch.chdir(tmp_path)
@@ -212,7 +212,7 @@ def test_a_judge_below_the_human_bar_stops_or_warns_and_says_if_it_beat_length(r
 
     from mascot.config import parse_params
     from mascot.io import write_json, write_jsonl
-    from mascot.validate import stage
+    from mascot.stages import validate as stage
 
     cands, scores, pairs = dataset()
     monkeypatch.chdir(tmp_path)
@@ -281,7 +281,7 @@ def test_the_gate_core_decides_on_data_in_memory_and_warn_lets_the_judge_through
     """validate's core: loaded records and judge figures in, the decision out (no file read or written)."""
     from mascot.config import load_params
     from mascot.granularity import REPLY
-    from mascot.validate.stage import gate
+    from mascot.validate.gate import gate
 
     params = load_params("params.yaml")
     v = params.validate_.model_copy(update={"min_pairs": 1, "min_train_pairs": 1, "min_eval_pairs": 0,

@@ -19,8 +19,8 @@ from mascot.annotate.rubric import PERSONA
 from mascot.annotate.score import score_candidates
 from mascot.config import GenerateParams, LLMEndpoint, ScoreParams
 from mascot.llm.openai_backend import OpenAIBackend
-from mascot.llm.serve import ServeConfig, VLLMServer
-from mascot.processes import group_pids
+from mascot.ops.serve import ServeConfig, VLLMServer
+from mascot.ops.processes import group_pids
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
@@ -150,7 +150,7 @@ def test_thinking_switch_reaches_the_chat_template(vllm, capsys):
 
 
 def test_seeds_are_off_for_the_cpu_build(vllm):
-    from mascot.llm.serve import server_device
+    from mascot.llm.servers import server_device
 
     backend = OpenAIBackend(endpoint(vllm, send_seed="auto"))
     assert server_device(vllm.base_url) == "cpu" and backend.send_seed is False

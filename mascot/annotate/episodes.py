@@ -1,4 +1,4 @@
-"""The `episodes` stage: branching group conversations for stage 2.
+"""Branching group conversations for stage 2 (the `episodes` stage: mascot/stages/episodes.py).
 
 For each query (its dialogue is the shared prefix), the Director samples K directives at the branch point:
 K branches. Each branch then rolls forward N agent turns (a directive, then the named speaker's reply under
@@ -23,10 +23,8 @@ from mascot.annotate.director import (GENERIC_ACTION, GENERIC_TONE, DirectiveErr
                                       user_prompt)
 import mascot.annotate.director as director_module
 from mascot.annotate.generate import request_seed
-from mascot.data.personas import Persona, load_personas
-from mascot.io import load_jsonl, write_json, write_jsonl
+from mascot.data.personas import Persona
 from mascot.llm.backend import Completion, SampleRequest
-from mascot.llm.factory import make_backend
 from mascot.resume import Journal, fingerprint, run_journaled
 from mascot.splits import is_held_out
 
@@ -285,38 +283,3 @@ def episode_metrics(episodes: list[dict]) -> dict:
             "finish_reasons": dict(Counter(t["finish_reason"] for e in episodes for t in e["turns"]))}
 
 
-def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/group/episodes.jsonl",
-         metrics: str = "reports/figures/episodes.json") -> None:
-    p = params.episodes
-    queries = episode_queries(load_jsonl(queries_path), p.max_queries, p.seed, params.heldout)
-    personas = load_personas(params.prepare.personas_file)
-    speaker = make_backend(params.llm.speaker, "llm.speaker")
-    director_backend = (make_backend(params.llm.director, "llm.director") if params.llm.director else speaker)
-    director = (LLMDirector(director_backend, personas, p.director_style, director_sampling(p),
-                            constrained=p.constrain_directives) if p.director == "llm"
-                else ScriptedDirector(personas, p.director, p.seed))
-    journal, stats = Journal("episodes"), {}
-    chunk = max(1, params.llm.speaker.batch_size // p.branches)  # one rollout batch holds a chunk's branches
-    unconstrained = None
-    try:
-        episodes = generate_episodes(queries, personas, p, director, speaker, journal, chunk_size=chunk, stats=stats)
-        if p.director == "llm" and p.constrain_directives and p.measure_unconstrained:
-            # the same branch-point prompts and seeds, sampled freely: what the grammar is doing for this model
-            unconstrained = free_parse_rate(director, queries, p.branches, turns=-1)
-    finally:
-        journal.close()
-        speaker.close()
-        director_backend.close()
-    write_jsonl(out, episodes)
-    m = {**episode_metrics(episodes), "resumed_prefixes": stats["reused"],
-         "directives_constrained": p.director == "llm" and p.constrain_directives}
-    if unconstrained:
-        m.update(directive_parse_rate_unconstrained=unconstrained["parse_rate"],
-                 unconstrained_invalid_reasons=unconstrained["invalid_reasons"],
-                 unconstrained_directives=unconstrained["directives"])
-    write_json(metrics, m)
-    print(f"episodes: {m['episodes']} branches of {m['prefixes']} prefixes ({m['valid_branches']} valid, "
-          f"{m['invalid_branches']} invalid: {m['invalid_reasons']}), directive parse rate {m['directive_parse_rate']}"
-          + (" under the directive grammar" if m["directives_constrained"] else "")
-          + (f"; sampled freely at the branch points: {unconstrained['parse_rate']} of {unconstrained['directives']} "
-             f"({unconstrained['invalid_reasons'] or 'all parse'})" if unconstrained else "") + f" -> {out}")

@@ -1,4 +1,4 @@
-"""The `score` stage: an LLM judge rates each candidate on the five-dimension rubric.
+"""The judge (the `score` stages run it: mascot/stages/score.py): an LLM rates each candidate on its rubric.
 
 Modes: `expected` reads the judge's next-token distribution over the digits 1-5 for each dimension and
 takes its mean (continuous scores, few ties); `json` asks for five integer scores with reasons under a
@@ -9,14 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import fmean, pstdev
 
-from mascot.annotate.director import example_episodes
-from mascot.annotate.function_judge import FunctionJudge, make_judge
+from mascot.annotate.function_judge import FunctionJudge
 from mascot.annotate.rubric import (MIN_REASON_CHARS, PERSONA, SCORE_CHOICES, JudgeParseError, Rubric,
                                     expected_score, load_rubric)
 from mascot.config import ScoreParams
-from mascot.data.personas import Persona, load_personas
-from mascot.granularity import BLOCK, REPLY, Granularity
-from mascot.io import load_jsonl, read_json, write_json, write_jsonl
+from mascot.data.personas import Persona
+from mascot.granularity import REPLY
+from mascot.io import read_json
 from mascot.llm.backend import LLMBackend
 from mascot.resume import Journal, fingerprint, run_journaled
 
@@ -236,40 +235,3 @@ def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "report
     return read_json(path)["chosen_prompt_style"]
 
 
-def _run(params, units: list[dict], granularity: Granularity, journal_name: str, out: str, metrics: str,
-         queries: dict[str, dict]) -> dict:
-    """Score the units of `granularity` on the rubric its params block names."""
-    backend = make_judge(params, granularity.score_block)
-    journal, stats = Journal(journal_name), {}
-    style = resolve_prompt_style(params.score)
-    rubric = granularity.rubric(params)
-    try:
-        scores = score_units(units, rubric, params.score, backend, journal, stats=stats, prompt_style=style)
-    finally:
-        journal.close()
-        backend.close()
-    write_jsonl(out, scores)
-    m = {**score_metrics(scores, rubric, granularity.group_fields), "rubric": rubric.name, "prompt_style": style,
-         "resumed": stats["reused"], "mean_total_reward_by_source": mean_total_by_source(scores, queries)}
-    write_json(metrics, m)
-    print(f"{journal_name}: {m['scored']} scored, {m['unscored']} unscored on the {rubric.name} rubric -> {out}")
-    return m
-
-
-def main(params, queries_path: str = "data/queries.jsonl", candidates_path: str = "data/candidates.jsonl",
-         out: str = "data/scores.jsonl", metrics: str = "reports/figures/score.json") -> None:
-    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    units = REPLY.judge_units(load_jsonl(candidates_path), queries, load_personas(params.prepare.personas_file))
-    _run(params, units, REPLY, "score", out, metrics, queries)
-
-
-def main_group(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
-               out: str = "data/group/scores.jsonl", metrics: str = "reports/figures/score_group.json",
-               examples: str = "reports/group/examples.md") -> None:
-    queries = {q["query_id"]: q for q in load_jsonl(queries_path)}
-    episodes = load_jsonl(episodes_path)
-    units = BLOCK.judge_units(episodes, queries, load_personas(params.prepare.personas_file))
-    _run(params, units, BLOCK, "score_group", out, metrics, queries)
-    Path(examples).parent.mkdir(parents=True, exist_ok=True)
-    Path(examples).write_text("# Example episodes (collective rubric)\n\n"
-                              + example_episodes(episodes, load_jsonl(out), queries), encoding="utf-8")

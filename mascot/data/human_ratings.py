@@ -16,13 +16,9 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import combinations
-from pathlib import Path
 
 from mascot.data.dialogue import Dialogue
-from mascot.data.personas import load_personas
-from mascot.data.prepare import load_source, token_counter
 from mascot.data.queries import CountTokens, context_window
-from mascot.io import BadRows, InputError, write_json, write_jsonl
 from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, cluster_spearman_with_ci, describe_equal_length,
                           equal_length_accuracy, equal_length_difference, pairwise_wins)
 
@@ -201,23 +197,3 @@ def describe_agreement(fig: dict, min_n: int = DEFAULT_MIN_N) -> str:
             f"at equal length {describe_equal_length(fig['equal_length'], min_n)}")
 
 
-def main(params, out: str = "data/human/items.jsonl", metrics: str = "reports/figures/human_set.json") -> None:
-    """The `human_set` stage: the rated supporter turns of every source in prepare.sources, with their counts."""
-    p, h = params.prepare, params.human
-    personas = load_personas(p.personas_file)
-    if h.persona not in personas:
-        raise InputError(f"human.persona: '{h.persona}' is not a persona of {p.personas_file} ({', '.join(personas)})")
-    bad = BadRows(skip=p.skip_bad_rows)
-    count = token_counter(p.tokenizer)
-    items = [item for spec in p.sources
-             for item in build_human_set(load_source(spec, bad), p.max_context_tokens, count, h.persona,
-                                         Path(spec.path).stem if spec.path else spec.format)]
-    write_jsonl(out, items)
-    figures = counts(items, h.min_gap, params.stats.min_n)
-    write_json(metrics, figures)
-    base = figures["length_baseline"]
-    print(f"human_set: {figures['items']} rated supporter turns of {figures['conversations']} conversations, "
-          f"{figures['pairs']} pairs (ratings {h.min_gap}+ apart) in {figures['pair_conversations']} -> {out}; "
-          f"longer turn wins {base['mean']} [{base['ci_low']}, {base['ci_high']}]"
-          + ("" if items else "; no source has ratings (ESConv annotation.feedback, a JSONL message's rating): "
-             "the judge and the reward models are measured against no people"))

@@ -1,4 +1,4 @@
-"""The `base_model` stage: make a local, offline safetensors model folder.
+"""A local, offline safetensors model folder (the `base_model` stages: mascot/stages/base_model.py).
 
 Sources:
 - `qwen2.5-coder-0.5b-instruct-gguf`: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), shipped on PyPI as six GGUF
@@ -31,12 +31,10 @@ import os
 from pathlib import Path
 import shutil
 import tempfile
-import time
 
 import numpy
 
 from mascot.config import BaseModelParams
-from mascot.io import InputError, write_json
 
 # Gemma has no system role: a system message is folded into the first user turn, as Google's template does.
 GEMMA_CHAT_TEMPLATE = (
@@ -310,29 +308,3 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str], key: str = 
     return record
 
 
-def main(params, block: str = "base_model") -> None:
-    spec = getattr(params, block)
-    # only the tiny tokenizer is trained on text; the other sources need none
-    corpus = _demo_corpus_lines(params) if spec.source == "tiny" else []
-    start = time.time()
-    try:
-        record = run_base_model(spec, corpus, block)
-    except HubError as exc:
-        raise InputError(str(exc)) from None
-    seconds = round(time.time() - start, 1)
-    write_json(f"reports/figures/{block}.json", {**record, "out_dir": spec.out_dir, "seconds": seconds})
-    pinned = f" at commit {record['commit']}" if record.get("commit") else ""
-    print(f"{block}: {spec.source}{pinned} -> {spec.out_dir} in {seconds:.0f}s")
-
-
-def main_small(params) -> None:
-    main(params, "small_model")
-
-
-def _demo_corpus_lines(params) -> list[str]:
-    """Text for the tiny tokenizer: the personas and the corpora the pipeline will read."""
-    lines = [Path(params.prepare.personas_file).read_text(encoding="utf-8")]
-    for spec in params.prepare.sources:
-        if Path(spec.path).exists():
-            lines.extend(Path(spec.path).read_text(encoding="utf-8").splitlines()[:2000])
-    return lines

@@ -16,7 +16,7 @@ import openai
 
 from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, SampleRequest, ServerError,
                                 ends_in_assistant, strip_thinking)
-from mascot.llm.serve import server_device
+from mascot.llm.servers import server_device
 
 # logprobs asked for with an expected-mode judge call: enough that the five digits are in the list (vLLM's default
 # --max-logprobs is 20), so the choice mass means what it means in-process (the digits' share of the distribution)

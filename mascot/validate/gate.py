@@ -199,3 +199,33 @@ def html_report(results: list[dict]) -> str:
             f"<h1>Data gate: {'PASSED' if not failed else f'FAILED ({failed})'}</h1>"
             "<table><tr><th>table</th><th>column</th><th>expectation</th><th>arguments</th><th>result</th>"
             f"<th>unexpected rows</th></tr>{rows}</table>")
+
+
+def gate(params, g, candidates: list[dict], scores: list[dict], pairs: list[dict], judge_check: dict,
+         counts: dict) -> tuple[list[dict], list[dict], list[dict], str | None, bool]:
+    """The gate on data already loaded: (expectation results, quarantined rows, the judge figures that failed,
+    the judge warning if validate.judge_gate lets them through, whether the gate passes)."""
+    v, bar = params.validate_, g.min_judge_accuracy(params)
+    results, quarantine = validate_data(candidates, scores, pairs, g.pairs_params(params).score_margin, v.min_pairs,
+                                        granularity=g, rubric=g.rubric(params),
+                                        judge_check=judge_check, judge_bar_on=v.judge_bar_on,
+                                        judge_limits={"min_judge_accuracy": bar,
+                                                      "max_constant_group_fraction": v.max_constant_group_fraction,
+                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction,
+                                                      "min_human_agreement": v.min_human_agreement
+                                                      if g.human_ratings else None},
+                                        split_counts=counts,
+                                        split_limits=g.split_limits(params))
+    scored = sum(s["status"] == "scored" for s in scores)
+    if scores and scored / len(scores) < v.min_scored_fraction:
+        results.append({"table": "scores", "expectation": "min_scored_fraction", "column": None,
+                        "kwargs": {"min": v.min_scored_fraction}, "success": False,
+                        "unexpected_count": None, "element_count": round(scored / len(scores), 4),
+                        "unexpected_index_list": [], "exception": None})
+    judge_failed = judge_accuracy_failures(results, g)
+    warning = (chance_warning(judge_failed, judge_check, bar, v.judge_bar_on, g, v.min_human_agreement,
+                              params.stats.min_n)
+               if judge_failed and v.judge_gate == "warn" else None)
+    # judge_gate warn: a judge below the bar does not stop the run, and everything after says so
+    ok = all(r["success"] for r in results if not (warning and r in judge_failed))
+    return results, quarantine, judge_failed, warning, ok

@@ -1,5 +1,5 @@
 """What every service of the team stack shares: its configuration (ports, the data folder), secrets from the
-environment, health waits, and the process groups the supervisor starts and stops (mascot/processes.py)."""
+environment, health waits, and the process groups the supervisor starts and stops (mascot/ops/processes.py)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from mascot import processes
+from mascot.ops import processes
 
 # name -> (environment variable, what it is); `up` refuses to start without them
 SECRETS = {"db_password": ("MASCOT_STACK_DB_PASSWORD", "the PostgreSQL password of the stack's database user"),

@@ -1,4 +1,4 @@
-"""The `validate` stage: the data gate before any training."""
+"""The `validate` and `validate_group` stages: the data gate (Great Expectations) before training."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,43 +7,12 @@ import sys
 from mascot.granularity import GRANULARITIES
 from mascot.io import load_jsonl, read_json, write_json, write_jsonl
 from mascot.splits import split_counts
-from mascot.validate.gate import (chance_warning, html_report, human_warning, judge_accuracy_failures, summary,
-                                  validate_data)
+from mascot.validate.gate import gate, html_report, human_warning, summary
 from mascot.validate.suites import HUMAN
 
 
 class GateFailed(SystemExit):
-    pass
-
-
-def gate(params, g, candidates: list[dict], scores: list[dict], pairs: list[dict], judge_check: dict,
-         counts: dict) -> tuple[list[dict], list[dict], list[dict], str | None, bool]:
-    """The gate on data already loaded: (expectation results, quarantined rows, the judge figures that failed,
-    the judge warning if validate.judge_gate lets them through, whether the gate passes)."""
-    v, bar = params.validate_, g.min_judge_accuracy(params)
-    results, quarantine = validate_data(candidates, scores, pairs, g.pairs_params(params).score_margin, v.min_pairs,
-                                        granularity=g, rubric=g.rubric(params),
-                                        judge_check=judge_check, judge_bar_on=v.judge_bar_on,
-                                        judge_limits={"min_judge_accuracy": bar,
-                                                      "max_constant_group_fraction": v.max_constant_group_fraction,
-                                                      "max_empty_reason_fraction": v.max_empty_reason_fraction,
-                                                      "min_human_agreement": v.min_human_agreement
-                                                      if g.human_ratings else None},
-                                        split_counts=counts,
-                                        split_limits=g.split_limits(params))
-    scored = sum(s["status"] == "scored" for s in scores)
-    if scores and scored / len(scores) < v.min_scored_fraction:
-        results.append({"table": "scores", "expectation": "min_scored_fraction", "column": None,
-                        "kwargs": {"min": v.min_scored_fraction}, "success": False,
-                        "unexpected_count": None, "element_count": round(scored / len(scores), 4),
-                        "unexpected_index_list": [], "exception": None})
-    judge_failed = judge_accuracy_failures(results, g)
-    warning = (chance_warning(judge_failed, judge_check, bar, v.judge_bar_on, g, v.min_human_agreement,
-                              params.stats.min_n)
-               if judge_failed and v.judge_gate == "warn" else None)
-    # judge_gate warn: a judge below the bar does not stop the run, and everything after says so
-    ok = all(r["success"] for r in results if not (warning and r in judge_failed))
-    return results, quarantine, judge_failed, warning, ok
+    """The gate said no: the stage exits non-zero (DVC stops the chain here)."""
 
 
 def main(params, candidates_path: str | None = None, scores_path: str | None = None, pairs_path: str | None = None,

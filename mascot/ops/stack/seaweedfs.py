@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from mascot.stack.common import StackConfig, bin_path, port_open, secret, start_service
+from mascot.ops.stack.common import StackConfig, bin_path, port_open, secret, start_service
 
 
 def start_seaweedfs(cfg: StackConfig) -> None:

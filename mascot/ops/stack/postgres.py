@@ -7,8 +7,8 @@ from pathlib import Path
 import shutil
 import tempfile
 
-from mascot import processes
-from mascot.stack.common import StackConfig, StackError, run, secret
+from mascot.ops import processes
+from mascot.ops.stack.common import StackConfig, StackError, run, secret
 
 
 def pg_bin(tool: str) -> str:

@@ -19,11 +19,11 @@ import time
 
 import psutil
 
-from mascot import processes
-from mascot.stack.common import SECRETS, StackConfig, StackError, group_of, secret, stop_service, wait_until
-from mascot.stack.mlflow_server import mlflow_healthy, start_mlflow
-from mascot.stack.postgres import postmaster_pid, start_postgres, stop_postgres
-from mascot.stack.seaweedfs import s3_ready, start_seaweedfs
+from mascot.ops import processes
+from mascot.ops.stack.common import SECRETS, StackConfig, StackError, group_of, secret, stop_service, wait_until
+from mascot.ops.stack.mlflow_server import mlflow_healthy, start_mlflow
+from mascot.ops.stack.postgres import postmaster_pid, start_postgres, stop_postgres
+from mascot.ops.stack.seaweedfs import s3_ready, start_seaweedfs
 
 SERVICES = ("postgres", "seaweedfs", "mlflow")
 

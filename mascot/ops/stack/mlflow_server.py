@@ -9,7 +9,7 @@ import urllib.error
 from urllib.parse import quote
 import urllib.request
 
-from mascot.stack.common import StackConfig, bin_path, secret, start_service
+from mascot.ops.stack.common import StackConfig, bin_path, secret, start_service
 
 
 def write_auth_config(cfg: StackConfig) -> Path:

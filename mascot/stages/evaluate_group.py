@@ -1,0 +1,117 @@
+"""The `evaluate_group` stage: the trained Director against the base, a random and a round-robin order on
+held-out conversations."""
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean
+
+from mascot.annotate.controls import planted_persona
+from mascot.annotate.episodes import Branch, DirectorPerBranch, Sampling, episode_record, roll_forward
+from mascot.annotate.function_judge import make_judge, scorer_for
+from mascot.annotate.score import resolve_prompt_style, score_units
+from mascot.data.personas import load_personas
+from mascot.granularity import BLOCK, REPLY
+from mascot.io import load_jsonl, read_json, write_json, write_jsonl
+from mascot.llm.factory import make_backend
+from mascot.policy.evaluate_group import (block_words, build_directors, conversations_table, describe_results,
+                                          heldout_conversations, judge_condition, paired_vs, planted_feature,
+                                          planted_figures, trained_minus_base_parse_rate, unconstrained_parse_rates)
+from mascot.splits import conversation_of
+
+
+def log_condition(params, experiment_id: str, run_name: str, tags: dict, queries_path: str, metrics: dict,
+                  table: dict[str, list]) -> None:
+    """One condition's MLflow run: its inputs, settings, figures and conversations table."""
+    import mlflow
+
+    from mascot import registry
+
+    p = params.evaluate_group
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags):
+        registry.log_input_file(queries_path, "eval")
+        mlflow.log_params({"evaluate_group.agent_turns": p.agent_turns, "evaluate_group.max_queries": p.max_queries,
+                           "evaluate_group.director_temperature": p.director_temperature,
+                           "score.mode": params.score.mode})
+        mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+                           | {f"usage_{k}": v for k, v in metrics["speaker_usage"].items()})
+        mlflow.log_table(data=table, artifact_file="evaluate_group_conversations.json")
+
+
+def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
+         director_dir: str = "models/director", metrics_path: str = "reports/figures/evaluate_group.json",
+         out_path: str = "reports/evaluate_group_conversations.jsonl") -> None:
+    from mascot import registry
+    from mascot.reward.scorer import RewardScorer
+
+    p, d = params.evaluate_group, params.train_director
+    registry.setup_tracking(params)
+    exp = registry.experiment_id(params.mlflow.director_experiment, params.mlflow.artifact_root)
+    personas = load_personas(params.prepare.personas_file)
+    all_queries = load_jsonl(queries_path)
+
+    queries = heldout_conversations(all_queries, load_jsonl(episodes_path), params.heldout, p.max_queries)
+    by_q = {q["query_id"]: q for q in all_queries}
+    rm_name, alias = params.train_group_rm.registered_model, d.reward_alias
+    rm_version, alias = registry.check_recorded_champion(rm_name, alias, "reports/figures/promote_group.json", "evaluate_group",
+                                                         "promote_group")
+    scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
+    speaker = make_backend(params.llm.speaker, "llm.speaker")
+    # the collective judge (score_group.scorer where set) and the per-reply one: one backend where they are one
+    judge = make_judge(params, BLOCK.score_block)
+    reply_judge = judge if scorer_for(params, BLOCK.score_block) is params.score.scorer else make_judge(params)
+    style = resolve_prompt_style(params.score)
+    director_version = read_json(Path(director_dir) / "registered.json", "run train_director first")
+    sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
+    git = {**registry.git_state(), **registry.dvc_experiment_tags()}
+    directors = build_directors(params, personas, director_dir)
+    branches = {c: [Branch(q["query_id"], 0, q["context"]) for q in queries] for c in p.conditions}
+    # every condition's conversations in one rollout: each turn's speaker replies decode in one batch
+    roll_forward([b for c in p.conditions for b in branches[c]], p.agent_turns,
+                 DirectorPerBranch({id(b): directors[c] for c in p.conditions for b in branches[c]}),
+                 speaker, personas, sampling, p.user_turns)
+    # after the rollout (its batches seed themselves): the same Directors and prompts, without the grammar
+    free = (unconstrained_parse_rates(directors, queries, p.unconstrained_samples, d.temperature)
+            if p.measure_unconstrained else {})
+    rubrics = (BLOCK.rubric(params), REPLY.rubric(params))
+    results, records_all, totals, words, features = {}, [], {}, {}, {}
+    persona = planted_persona(scorer_for(params, BLOCK.score_block))
+    for condition in p.conditions:
+        records = [episode_record(b, by_q[b.query_id].get("source"), {"director": directors[condition].name,
+                                                                       "speaker": speaker.model_name},
+                                  sampling.__dict__) for b in branches[condition]]
+        metrics, totals[condition], judged = judge_condition(
+            records, by_q, personas, rubrics,
+            lambda units, rubric: score_units(units, rubric, params.score, judge if rubric is rubrics[0] else reply_judge,
+                                              prompt_style=style), scorer.score)
+        if persona:  # a stage-2 control: the rate of what its judge plants, beside the judge's own figures
+            features[condition] = planted_feature(records, persona)
+            metrics["planted_feature_rate"] = round(fmean(features[condition].values()), 4) if records else None
+        if condition in free:
+            metrics.update(directive_parse_rate_unconstrained=free[condition]["parse_rate"],
+                           unconstrained_invalid_reasons=free[condition]["invalid_reasons"])
+        tags = {**git, "condition": condition, "evaluation": "true", "group_reward_model": rm_name,
+                "group_reward_model_version": str(rm_version), "queries": str(len(queries))}
+        if condition == "trained":
+            tags.update(director_model=director_version["name"], director_version=director_version["version"])
+        log_condition(params, exp, f"eval-group-{condition}-{git['git_commit'][:7]}", tags, queries_path, metrics,
+                      conversations_table(judged, by_q))
+        results[condition] = metrics
+        words[condition] = block_words(records)
+        records_all += [{"condition": condition, **e} for e in judged]
+    if (free_vs := trained_minus_base_parse_rate(free, params.stats.min_n)) is not None:
+        results["trained_minus_base_unconstrained_parse_rate"] = free_vs
+    if persona:
+        results["planted_feature"] = planted_figures(features, persona, params.stats.min_n)
+    if "random" in totals:
+        conversation = {q["query_id"]: conversation_of(q) for q in queries}
+        results["minus_random_collective_total"] = {
+            c: paired_vs(totals["random"], t, params.stats.min_n, (words["random"], words[c]), conversation)
+            for c, t in totals.items() if c != "random"}
+    speaker.close()
+    judge.close()
+    if reply_judge is not judge:
+        reply_judge.close()
+    write_json(metrics_path, results)
+    write_jsonl(out_path, records_all)
+    for line in describe_results(results, p.conditions, len(queries), p.agent_turns, params.stats.min_n):
+        print(line)
