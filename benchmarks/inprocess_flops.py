@@ -93,10 +93,12 @@ def measure_generation(backend, requests, batch_size: int) -> dict:
 def judge_workload(params, queries, personas, candidates, n_candidates: int, mode: str):
     from mascot.annotate.rubric import PERSONA
     from mascot.annotate.score import candidate_units, resolve_prompt_style, rubric_prompts
+    from mascot.stage_args import dvc_cmd_options
 
     units = [u for u in candidate_units(candidates, queries, personas) if not u.get("skip")][:n_candidates]
     p = params.score.model_copy(update={"mode": mode})
-    style = resolve_prompt_style(params.score)  # as the score stage does: auto takes judge_check's choice
+    # as the score stage does: auto takes judge_check's choice, from the file dvc.yaml hands the stage
+    style = resolve_prompt_style(params.score, dvc_cmd_options("score")["judge_check_path"])
     prompts = [rubric_prompts(PERSONA, u["item"], p, style) for u in units]
     return [x for pr in prompts for x in (list(pr["expected"].values()) if mode == "expected" else [pr["json"]])]
 

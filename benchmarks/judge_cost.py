@@ -45,9 +45,11 @@ def free_port() -> int:
 def score(units, params, backend, mode: str):
     from mascot.annotate.rubric import PERSONA
     from mascot.annotate.score import resolve_prompt_style, score_units
+    from mascot.stage_args import dvc_cmd_options
 
     p = params.score.model_copy(update={"mode": mode})
-    style = resolve_prompt_style(params.score)  # as the score stage does: auto takes judge_check's choice
+    # as the score stage does: auto takes judge_check's choice, from the file dvc.yaml hands the stage
+    style = resolve_prompt_style(params.score, dvc_cmd_options("score")["judge_check_path"])
     start = time.perf_counter()
     records = score_units(units, PERSONA, p, backend, None, prompt_style=style)
     return records, time.perf_counter() - start

@@ -67,6 +67,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from mascot.annotate.judge_check import load_human_items
+    from mascot.stage_args import dvc_cmd_options
     from mascot.annotate.score import score_units
     from mascot.config import load_params
     from mascot.data import human_ratings
@@ -82,7 +83,7 @@ def main() -> None:
             update={"judge_items": None if args.all else args.items})})
     if args.rubric:
         params = params.model_copy(update={"score": params.score.model_copy(update={"rubric": args.rubric})})
-    items = load_human_items(params)
+    items = load_human_items(params, dvc_cmd_options("judge_check")["human_items_path"])
     if not items:
         sys.exit("no human reference set: run `mascot human_set` first")
     def journal_for(rubric_file: str | None, style: str, mode: str) -> Journal:

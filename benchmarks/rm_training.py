@@ -133,8 +133,8 @@ def fixed_costs_of_the_stage(workdir: Path) -> dict:
             "from mascot.config import load_params; from mascot.stages.train_rm import main; "
             f"p=load_params('params.yaml'); p=p.model_copy(update={{'mlflow': p.mlflow.model_copy(update="
             f"{{'artifact_root': '{workdir / 'artifacts'}'}})}}); "
-            f"main(p, pairs_path='{workdir / 'pairs.jsonl'}', out_dir='{workdir / 'stage'}', "
-            f"metrics_path='{workdir / 'stage.json'}', plots_dir='{workdir / 'plots'}', reference_path=None)")
+            f"main(p, pairs_path='{workdir / 'pairs.jsonl'}', model_dir='{workdir / 'stage'}', "
+            f"figures_path='{workdir / 'stage.json'}', plots_dir='{workdir / 'plots'}', reference_path=None)")
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     if out.returncode:

@@ -19,6 +19,7 @@ import re
 import shutil
 
 from mascot import reads
+from mascot.config import Params
 from mascot.resume import fingerprint
 
 CHECKPOINT_ROOT = Path(os.environ.get("MASCOT_CHECKPOINT_DIR", ".mascot/checkpoints"))
@@ -27,7 +28,7 @@ RUN_FILE = "mlflow_run.json"
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 
 
-def params_key(params) -> dict:
+def params_key(params: Params) -> dict:
     """Every parameter, for a checkpoint folder's key (a rerun resumes only with all of them unchanged). Not a read
     that decides what the stage outputs, so not recorded as one (mascot/reads.py)."""
     with reads.paused():

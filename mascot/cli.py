@@ -15,6 +15,7 @@ from mascot.headline import write_headline
 from mascot.io import InputError
 from mascot.launch import one_write_per_line, relaunch, under_launcher
 from mascot.llm.backend import ServerError
+from mascot.stage_args import StageArgsError, parse_options, stage_files
 
 STAGES = {
     "base_model": "mascot.stages.base_model",
@@ -142,13 +143,20 @@ def _main(argv: list[str]) -> int:
     # stage reads local folders (the embedded default is offline because its sources are local)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # a stage's files come as options its function names (mascot/stage_args.py): checked once it is loaded
+    args, extra = parser.parse_known_args(argv)
+    if extra and not (args.command in STAGES or args.command == "promote"):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        args.files = parse_options(extra, f"mascot {args.command}")
+    except StageArgsError as exc:
+        parser.error(str(exc))
 
     from mlflow.exceptions import MlflowException
 
     try:
         return run_command(args, argv, parser)
-    except (ConfigError, InputError) as exc:
+    except (ConfigError, InputError, StageArgsError) as exc:
         print(f"mascot {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except MlflowException as exc:
@@ -188,7 +196,7 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
             promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason,
                                         args.model)
         else:
-            promote_mod.main(params)
+            promote_mod.main(params, **stage_files(promote_mod.main, "promote", args.files))
             write_headline("promote")
         return 0
     status = relaunch(args.command, params, argv)
@@ -199,7 +207,8 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
     if under_launcher():
         one_write_per_line()
     module, _, function = STAGES[args.command].partition(":")
-    getattr(importlib.import_module(module), function or "main")(params)
+    stage = getattr(importlib.import_module(module), function or "main")
+    stage(params, **stage_files(stage, args.command, args.files))
     if not under_launcher():
         write_headline(args.command)  # metrics/<stage>.json: what dvc metrics and dvc exp show list
     report_requests(args.command)

@@ -16,6 +16,7 @@ from mascot import transcript
 from mascot.annotate.director import roster
 from mascot.annotate.reference_set import as_candidates, build_block_reference_set, build_reference_set
 from mascot.annotate.rubric import load_rubric
+from mascot.config import Params
 from mascot.data.personas import resolve_persona
 
 CUT_MARK = "[earlier turns cut] "
@@ -34,8 +35,7 @@ class Granularity:
     judge_gate_block: str  # the params block with this judge's min_judge_accuracy
     rm_experiment: str  # the MlflowParams field naming the reward model's experiment
     rm_label: str  # the reward model in words, and its run-name prefix
-    judge_check_metrics: str  # the judge's measured figures this granularity's gate reads
-    files: dict[str, str]  # units, scores, pairs, reports, validate metrics
+    judge_check_stage: str  # the stage that measures this granularity's judge (its figures, the gate's input)
     # (figure, better variant, worse variant, item kind) of the judge's reference set; `gated` ones are held to
     # the gate's min_judge_accuracy
     judge_comparisons: tuple[tuple[str, str, str, str], ...] = ()
@@ -48,23 +48,23 @@ class Granularity:
     survey_ratings: bool = False
 
     # ---- params and rubric ----
-    def rubric(self, params=None):
+    def rubric(self, params: Params=None):
         """The rubric the params block names (without params: the shipped one)."""
         return load_rubric(params_block(params, self.score_block).rubric if params is not None else self.default_rubric)
 
     def judge_figure_hint(self, name: str) -> str:
-        return f"{self.judge_figure_words.get(name, name)} ({self.judge_check_metrics}; bar: {self.judge_gate_block}.min_judge_accuracy)"
+        return f"{self.judge_figure_words.get(name, name)} ({self.judge_check_stage}'s figures; bar: {self.judge_gate_block}.min_judge_accuracy)"
 
-    def pairs_params(self, params):
+    def pairs_params(self, params: Params):
         return params_block(params, self.pairs_block)
 
-    def rm_params(self, params):
+    def rm_params(self, params: Params):
         return params_block(params, self.rm_block)
 
-    def min_judge_accuracy(self, params) -> float:
+    def min_judge_accuracy(self, params: Params) -> float:
         return params_block(params, self.judge_gate_block).min_judge_accuracy
 
-    def split_limits(self, params) -> dict[str, int]:
+    def split_limits(self, params: Params) -> dict[str, int]:
         """Each split's bar: the gate block's own where it sets one (validate_group may), else validate's."""
         own, shared = params_block(params, self.judge_gate_block), params.validate_
         return {name: getattr(shared, name) if getattr(own, name, None) is None else getattr(own, name)
@@ -126,7 +126,7 @@ class _EveryField:
         return f"<{name}>"
 
 
-def params_block(params, key: str):
+def params_block(params: Params, key: str):
     """The block of params.yaml named `key` (by its YAML key: `validate` is the field `validate_`)."""
     for name, info in type(params).model_fields.items():
         if key in (name, info.alias):
@@ -286,9 +286,7 @@ class Blocks(Granularity):
 
 REPLY = Replies(
     "reply", "candidate_id", ("query_id", "persona"), "candidates", "score", "pairs", "train_rm", "promote", "validate",
-    "reward_experiment", "persona", "reports/figures/judge_check.json",
-    {"units": "data/candidates.jsonl", "scores": "data/scores.jsonl", "pairs": "data/pairs.jsonl",
-     "reports": "reports", "validate": "reports/figures/validate.json"},
+    "reward_experiment", "persona", "judge_check",
     judge_comparisons=(("ref_gt_off_topic", "reference", "off_topic", "dialogue"),
                        ("ref_gt_cold", "reference", "cold", "dialogue"),
                        ("qa_ref_gt_off_topic", "reference", "off_topic", "qa")),
@@ -298,9 +296,7 @@ REPLY = Replies(
     default_rubric="data/rubrics/persona.yaml", human_ratings=True)
 BLOCK = Blocks(
     "block", "episode_id", ("prefix_id",), "episodes", "score_group", "group_pairs", "train_group_rm", "promote_group",
-    "validate_group", "group_reward_experiment", "group", "reports/figures/judge_check_group.json",
-    {"units": "data/group/episodes.jsonl", "scores": "data/group/scores.jsonl", "pairs": "data/group/pairs.jsonl",
-     "reports": "reports/group", "validate": "reports/figures/validate_group.json"},
+    "validate_group", "group_reward_experiment", "group", "judge_check_group",
     judge_comparisons=(("ref_gt_echo", "reference", "echo", "dialogue"),
                        ("ref_gt_off_topic", "reference", "off_topic", "dialogue"),
                        ("ref_gt_redundant", "reference", "redundant", "dialogue")),

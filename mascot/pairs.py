@@ -10,11 +10,11 @@ import hashlib
 from itertools import combinations
 from statistics import fmean
 
-from mascot.config import PairsParams
+from mascot.config import PairsParams, Params
 from mascot.data.human_ratings import human_pairs
 from mascot.data.personas import Persona
 from mascot.granularity import BLOCK, REPLY
-from mascot.splits import conversation_of, is_held_out, split_of, split_counts
+from mascot.splits import conversation_of, is_held_out, split_counts, split_of
 from mascot.transcript import turn_messages
 
 EPS = 1e-9  # totals are means of floats: a gap of exactly the margin must count
@@ -182,7 +182,7 @@ def pair_metrics_summary(pairs: list[dict], margin: float, before: float | None,
                                       for src in sorted({p.get("pair_source", "judge") for p in pairs})}}
 
 
-def stage_pairs(params, queries: dict[str, dict], candidates: list[dict], scores: list[dict], personas: dict,
+def stage_pairs(params: Params, queries: dict[str, dict], candidates: list[dict], scores: list[dict], personas: dict,
                 human_items: list[dict] | None) -> tuple[list[dict], dict]:
     """The `pairs` stage's pairs before length balancing (the judge's, then the seekers' own with pairs.human),
     and the figures it reports beside them."""

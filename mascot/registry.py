@@ -22,6 +22,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from mascot.config import Params
 from mascot.io import InputError, load_jsonl, read_json
 
 
@@ -76,7 +77,7 @@ def lock_embedded_store(uri: str) -> None:
     _STORE_LOCK = fh
 
 
-def setup_tracking(params) -> str:
+def setup_tracking(params: Params) -> str:
     """Point MLflow at the environment's server if set, else the embedded sqlite store of params (the repository's,
     also from a queued experiment's temporary copy; one stage process at a time)."""
     uri = embedded_uri(os.environ.get("MLFLOW_TRACKING_URI") or params.mlflow.tracking_uri)

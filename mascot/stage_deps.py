@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # what `mascot <stage>` runs, beside mascot.cli.STAGES: the promotion gates
 EXTRA_STAGES = {"promote": "mascot.stages.promote", "promote_group": "mascot.stages.promote"}
 # what mascot/cli.py imports for every stage before dispatching to it
-DISPATCH = ("mascot.config", "mascot.headline", "mascot.io", "mascot.launch", "mascot.llm.backend", "mascot.reads")
+DISPATCH = ("mascot.config", "mascot.headline", "mascot.io", "mascot.launch", "mascot.llm.backend", "mascot.reads",
+            "mascot.stage_args")
 
 
 def module_file(module: str, root: Path = ROOT) -> Path | None:

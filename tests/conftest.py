@@ -124,3 +124,11 @@ def dvc_repo(repo_root, tmp_path_factory):
 
 # what the shared repo's first and second `dvc repro` printed (dvc_repo writes them)
 FIRST_REPRO_LOGS = (".mascot/repro-first.log", ".mascot/repro-second.log")
+
+
+def handed(function, stage: str, **over) -> dict:
+    """The files the repository's dvc.yaml hands `stage` (relative paths: call the stage in a folder laid out as the
+    pipeline is), as keyword arguments for its `function`; `over` replaces some."""
+    from mascot.stage_args import stage_files
+
+    return stage_files(function, stage, {k: str(v) for k, v in over.items()}, Path(__file__).resolve().parents[1] / "dvc.yaml")

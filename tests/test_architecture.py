@@ -21,7 +21,7 @@ FLOORS = {
     "mascot.trainer_args": 0, "mascot.precision": 0, "mascot.launch": 0,
     "mascot.llm": 0, "mascot.llm.backend": 0, "mascot.llm.servers": 0, "mascot.data": 0, "mascot.data.dialogue": 0,
     # 1: shared services: params, journals, splits, the registry, personas, corpus readers
-    "mascot.config": 1, "mascot.profiles": 1, "mascot.resume": 1, "mascot.checkpoints": 1, "mascot.splits": 1,
+    "mascot.config": 1, "mascot.stage_args": 1, "mascot.profiles": 1, "mascot.resume": 1, "mascot.checkpoints": 1, "mascot.splits": 1,
     "mascot.registry": 1, "mascot.llm.identity": 1, "mascot.data.personas": 1, "mascot.data.queries": 1,
     "mascot.data.sources": 1, "mascot.data.sources.esconv": 1, "mascot.data.sources.qmsum": 1,
     "mascot.data.sources.empathetic": 1, "mascot.data.sources.jsonl": 1,

@@ -1,6 +1,7 @@
 """Fault injection: flaky or broken servers, and a stage killed with SIGKILL mid-way."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,6 +82,7 @@ def test_cli_reports_server_error_and_exit_code(repo_root, tmp_path, monkeypatch
     raw["llm"]["speaker"] = {"backend": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1",
                              "max_retries": 1, "backoff_s": 0.01}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    shutil.copy2(repo_root / "dvc.yaml", tmp_path)  # the stage's files, as dvc.yaml hands them
     (tmp_path / "data").mkdir()
     (tmp_path / "data/queries.jsonl").write_text(json.dumps(
         {"query_id": "q", "context": [{"role": "user", "content": "hi"}], "personas": ["The Anchor"]}) + "\n")
@@ -102,7 +104,7 @@ def tiny_workspace(repo_root, tmp_path_factory):
     import shutil
 
     work = tmp_path_factory.mktemp("killws")
-    for rel in ("params.yaml", "profiles", "data/personas.yaml", "data/demo"):
+    for rel in ("params.yaml", "dvc.yaml", "profiles", "data/personas.yaml", "data/demo"):
         src, dst = repo_root / rel, work / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
@@ -120,8 +122,13 @@ def tiny_workspace(repo_root, tmp_path_factory):
 
 def run_stage(module, work, env, resume_dir, out):
     """A journaled stage (`module`'s main) in its own process, writing to `out`: killable mid-way."""
+    stage = module.rpartition(".")[2]
+    written = {"generate": "candidates_path", "episodes": "episodes_path"}[stage]
+    dvc_yaml = str(Path(__file__).resolve().parents[1] / "dvc.yaml")  # the files the repository's dvc.yaml hands it
     cmd = [sys.executable, "-c", f"from {module} import main; from mascot.config import load_params; "
-                                 f"main(load_params(), out='{out}')"]
+                                 f"from mascot.stage_args import stage_files; "
+                                 f"main(load_params(), **stage_files(main, {stage!r}, {{{written!r}: {str(out)!r}}}, "
+                                 f"{dvc_yaml!r}))"]
     return subprocess.Popen(cmd, cwd=work, env={**env, "MASCOT_RESUME_DIR": str(resume_dir)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

@@ -6,6 +6,7 @@ import subprocess
 import pytest
 import yaml
 
+from tests.conftest import handed
 from tests.test_reward import make_pairs
 
 
@@ -47,12 +48,13 @@ def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
 
     from mascot import registry
     from mascot.stages import promote
+    from mascot.reward.train import probe_items
     from mascot.stages import train_rm as train
     from mascot.reward.scorer import RewardScorer
 
     tmp, params = workspace
-    train.main(params)
-    promote.main(params)
+    train.main(params, **handed(train.main, "train_rm"))
+    promote.main(params, **handed(promote.main, "promote"))
     first = json.loads((tmp / "reports/figures/promote.json").read_text())
     assert first["promoted"] and first["alias"] == "champion" and first["new_accuracy"] > 0.5
 
@@ -60,7 +62,7 @@ def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
     worse = tmp / "worse"
     shutil.copytree(tmp / "models/reward", worse)
     negate_score_head(worse)
-    probes = RewardScorer.from_dir(worse).score(train.probe_items(personas))
+    probes = RewardScorer.from_dir(worse).score(probe_items(personas))
     registry.setup_tracking(params)
     with mlflow.start_run() as run:
         mlflow.log_artifacts(str(worse), artifact_path="reward_model")
@@ -68,7 +70,7 @@ def test_worse_model_gets_challenger_and_champion_stays(workspace, personas):
     registry.mark_complete(v2.name, v2.version)
     (tmp / "models/reward/registered.json").write_text(json.dumps({"name": v2.name, "version": v2.version,
                                                                     "probe_scores": probes}))
-    promote.main(params)
+    promote.main(params, **handed(promote.main, "promote"))
     second = json.loads((tmp / "reports/figures/promote.json").read_text())
     client = MlflowClient()
     assert not second["promoted"] and second["alias"] == "challenger"
@@ -95,8 +97,8 @@ def test_half_registered_version_is_never_promoted(workspace):
     from mascot.stages import train_rm as train
 
     tmp, params = workspace
-    train.main(params)
-    promote.main(params)
+    train.main(params, **handed(train.main, "train_rm"))
+    promote.main(params, **handed(promote.main, "promote"))
     # A crash right after create_model_version: v2 exists, its stage never finished.
     registry.setup_tracking(params)
     with mlflow.start_run() as run:
@@ -107,7 +109,7 @@ def test_half_registered_version_is_never_promoted(workspace):
     (tmp / "models/reward/registered.json").write_text(json.dumps({"name": v2.name, "version": v2.version,
                                                                     "probe_scores": []}))
     with pytest.raises(RuntimeError, match="did not finish"):
-        promote.main(params)
+        promote.main(params, **handed(promote.main, "promote"))
     client = MlflowClient()
     assert str(client.get_model_version_by_alias("mascot-persona-rm", "champion").version) == "1"
     assert registry.abandon_incomplete("mascot-persona-rm") == ["2"]  # what the next train_rm run does first

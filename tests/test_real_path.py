@@ -107,6 +107,8 @@ def run_stage(stage: str, cwd, params: dict, **env):
     import yaml
 
     (Path(cwd) / "params.yaml").write_text(yaml.safe_dump(params))
+    # the stage's files as dvc.yaml hands them (mascot/stage_args.py)
+    (Path(cwd) / "dvc.yaml").write_text((Path(__file__).resolve().parents[1] / "dvc.yaml").read_text())
     full_env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
     return subprocess.run(["mascot", stage], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
 

@@ -32,6 +32,49 @@ def test_stages_list_the_data_and_models_they_read():
         assert {"data/personas.yaml", "models/base", "models/small"} <= set(s[name]["deps"]), name
 
 
+def _declared(stage: dict) -> set[str]:
+    outs = [o for key in ("outs", "metrics", "plots") for o in stage.get(key, [])]
+    return {str(d) for d in stage.get("deps", [])} | {next(iter(o)) if isinstance(o, dict) else o for o in outs}
+
+
+def test_every_file_a_stage_is_handed_is_one_dvc_tracks_for_it():
+    """dvc.yaml's cmd hands each stage its files (mascot/stage_args.py): the stage function takes exactly those,
+    and each is a dep or an out of that stage, or a folder holding them (report and plot folders), or inside one
+    (a model folder's registered.json), so DVC reruns the stage when one changes."""
+    import importlib
+
+    from mascot.cli import STAGES
+    from mascot.stage_args import stage_files
+    from mascot.stage_deps import EXTRA_STAGES
+
+    untracked = {}
+    for name, target in {**STAGES, **EXTRA_STAGES}.items():
+        module, _, function = target.partition(":")
+        files = stage_files(getattr(importlib.import_module(module), function or "main"), name, {},
+                            ROOT / "dvc.yaml")
+        declared = _declared(stages()[name])
+        lost = [f for f in files.values() if not any(f == d or d.startswith(f.rstrip("/") + "/")
+                                                     or f.startswith(d.rstrip("/") + "/") for d in declared)]
+        if lost:
+            untracked[name] = lost
+    assert not untracked, untracked
+
+
+def test_a_stage_is_refused_an_option_it_does_not_take_and_told_what_it_misses(tmp_path):
+    from mascot.stage_args import StageArgsError, stage_files
+
+    def stage(params, *, queries_path: str, figures_path: str, extra_path: str | None = None):
+        pass
+
+    (tmp_path / "dvc.yaml").write_text("stages:\n  demo:\n    cmd: mascot demo --queries-path q.jsonl\n")
+    assert stage_files(stage, "demo", {"figures_path": "f.json"}, tmp_path / "dvc.yaml") == {
+        "queries_path": "q.jsonl", "figures_path": "f.json"}
+    with pytest.raises(StageArgsError, match="give --figures-path"):
+        stage_files(stage, "demo", {}, tmp_path / "dvc.yaml")
+    with pytest.raises(StageArgsError, match="no option --pairs-path .*--queries-path, --figures-path, --extra-path"):
+        stage_files(stage, "demo", {"pairs_path": "p.jsonl"}, tmp_path / "dvc.yaml")
+
+
 @pytest.mark.integration
 def test_editing_one_shared_module_makes_exactly_its_importers_stale(dvc_repo, tmp_path):
     work, env = dvc_repo

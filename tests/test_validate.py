@@ -4,6 +4,7 @@ import pytest
 
 from mascot.annotate.rubric import PERSONA
 from mascot.validate.gate import summary, validate_data
+from tests.conftest import handed
 from tests.stand_in import server  # noqa: F401  (fixture)
 
 
@@ -178,10 +179,12 @@ def test_a_judge_at_chance_stops_or_warns_in_words(repo_root, tmp_path, monkeypa
     params = parse_params(raw)
     if level == "stop":
         with pytest.raises(stage.GateFailed):
-            stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
+            stage.main(params, **handed(stage.main, "validate", units_path="c.jsonl", scores_path="s.jsonl",
+                                        pairs_path="p.jsonl"))
         assert "judge quality: ref_gt_off_topic = 0.38" in capsys.readouterr().err
         return
-    stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
+    stage.main(params, **handed(stage.main, "validate", units_path="c.jsonl", scores_path="s.jsonl",
+                                pairs_path="p.jsonl"))
     out = capsys.readouterr().out
     print(out)
     metrics = json.loads((tmp_path / "reports/figures/validate.json").read_text())
@@ -226,14 +229,16 @@ def test_a_judge_below_the_human_bar_stops_or_warns_and_says_if_it_beat_length(r
     params = parse_params(raw)
     if level == "stop":
         with pytest.raises(stage.GateFailed):
-            stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
+            stage.main(params, **handed(stage.main, "validate", units_path="c.jsonl", scores_path="s.jsonl",
+                                        pairs_path="p.jsonl"))
         err = capsys.readouterr().err
         print(err)
         assert "judge quality: human_pairs = 0.4, below 0.5" in err
         assert "in 0.48 [0.4, 0.57] of 246 pairs from 43 conversations" in err
         assert 'It did not beat "the longer turn wins" (0.58)' in err
         return
-    stage.main(params, "c.jsonl", "s.jsonl", "p.jsonl", "reports")
+    stage.main(params, **handed(stage.main, "validate", units_path="c.jsonl", scores_path="s.jsonl",
+                                pairs_path="p.jsonl"))
     warning = json.loads((tmp_path / "reports/figures/validate.json").read_text())["judge_warning"]
     assert warning.startswith("against people the judge scored the higher-rated")
     assert "did not beat" in warning and "(validate.judge_gate: warn)" in warning

@@ -5,6 +5,7 @@ where it is absent.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,6 +117,7 @@ def test_generate_and_score_stages_end_to_end(vllm, tiny_model_dir, repo_root, t
     raw["score"].update(min_choice_mass=0.0, max_tokens=1500, prompt_style="plain")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "MASCOT_RESUME_DIR": str(tmp_path / "resume")}
+    shutil.copy2(repo_root / "dvc.yaml", tmp_path)  # the stages' files, as dvc.yaml hands them
     for mode in ("expected", "json"):
         raw["score"]["mode"] = mode
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))

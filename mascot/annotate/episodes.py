@@ -18,11 +18,12 @@ from pathlib import Path
 import random
 from statistics import fmean
 
-from mascot.annotate.director import (GENERIC_ACTION, GENERIC_TONE, DirectiveError, clean_turn, director_prompt,
-                                      directive_pattern, directive_text, parse_directive, speaker_prompt_under,
+from mascot.annotate.director import (DirectiveError, GENERIC_ACTION, GENERIC_TONE, clean_turn, directive_pattern,
+                                      directive_text, director_prompt, parse_directive, speaker_prompt_under,
                                       user_prompt)
 import mascot.annotate.director as director_module
 from mascot.annotate.generate import request_seed
+from mascot.config import EpisodesParams
 from mascot.data.personas import Persona
 from mascot.llm.backend import Completion, SampleRequest
 from mascot.resume import Journal, fingerprint, run_journaled
@@ -236,7 +237,7 @@ def director_sampling(p) -> Sampling:
     return Sampling(p.director_temperature, p.top_p, p.director_max_tokens, p.seed)
 
 
-def generate_episodes(queries: list[dict], personas: dict[str, Persona], params, director: LLMDirector,
+def generate_episodes(queries: list[dict], personas: dict[str, Persona], params: EpisodesParams, director: LLMDirector,
                       speaker_backend, journal: Journal | None = None, chunk_size: int = 4,
                       stats: dict | None = None) -> list[dict]:
     """K branches of N agent turns per query; queries already in `journal` are reused. `params`: EpisodesParams."""

@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
+from mascot.config import Params
 from mascot.llm.backend import BackendStats, LLMBackend
 from mascot.llm.factory import make_backend
 
@@ -107,14 +108,14 @@ class FunctionJudge:
             self.llm.close()
 
 
-def scorer_for(params, score_block: str = "score"):
+def scorer_for(params: Params, score_block: str = "score"):
     """What judges the units whose rubric the params block `score_block` names (a granularity's score_block:
     score, score_group): that block's own scorer where it has one set, else score.scorer."""
     own = getattr(getattr(params, score_block), "scorer", None)
     return own if own is not None else params.score.scorer
 
 
-def make_judge(params, score_block: str = "score"):
+def make_judge(params: Params, score_block: str = "score"):
     """The judge of the units `score_block` rubrics (`scorer_for`): the LLM judge backend, or a FunctionJudge
     (with the LLM judge inside it where the function owns only some dimensions)."""
     scorer = scorer_for(params, score_block)

@@ -23,9 +23,9 @@ from statistics import fmean
 
 from mascot.annotate.function_judge import scorer_for
 from mascot.annotate.score import resolve_prompt_style, score_units
-from mascot.config import ScoreParams
+from mascot.config import Params, ScoreParams
 from mascot.data import human_ratings
-from mascot.granularity import REPLY, Granularity
+from mascot.granularity import Granularity, REPLY
 from mascot.io import load_jsonl
 from mascot.splits import is_held_out
 from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_spearman_with_ci, correlation_matrix, equal_length_figures,
@@ -244,11 +244,7 @@ def plot_distributions(candidates: list[dict], raw: dict, path) -> None:
     plt.close(fig)
 
 
-HUMAN_ITEMS = "data/human/items.jsonl"
-HUMAN_SCORES = "data/judge_check/human_scores.jsonl"
-
-
-def load_human_items(params, path: str = HUMAN_ITEMS) -> list[dict]:
+def load_human_items(params: Params, path: str) -> list[dict]:
     """The human set's items judge_check scores: at most human.judge_items, whole conversations with a pair,
     held-out conversations first (a reward model is measured on those too, beside the judge)."""
     if not Path(path).exists():
@@ -258,16 +254,21 @@ def load_human_items(params, path: str = HUMAN_ITEMS) -> list[dict]:
     return human_ratings.select_items(items, params.human.min_gap, params.human.judge_items, held)
 
 
-def judge_formats(params, block, score_block: str = "score") -> tuple[list[str], list[str]]:
-    """(prompt formats, judge modes) the check runs: judge_check measures the formats `auto` chooses between;
-    a function judge (of the units `score_block` rubrics) reads no prompt, so one format and mode say all there is."""
+def judge_formats(params: Params, block, score_block: str = "score", chosen_style_path: str | None = None
+                  ) -> tuple[list[str], list[str]]:
+    """(prompt formats, judge modes) the check runs: judge_check measures the formats `auto` chooses between (a
+    check that measures none takes the format chosen in `chosen_style_path`, judge_check's figures); a function
+    judge (of the units `score_block` rubrics) reads no prompt, so one format and mode say all there is."""
     modes = list(getattr(block, "modes", None) or [params.score.mode])
     if params.score.prompt_style != "auto":
         styles = [params.score.prompt_style]
     elif getattr(block, "prompt_styles", None):  # judge_check measures the formats; the other stages take its choice
         styles = list(block.prompt_styles)
     else:
-        styles = [resolve_prompt_style(params.score)]
+        if chosen_style_path is None:
+            raise ValueError("score.prompt_style is auto and this check measures no format: it needs judge_check's "
+                             "figures (chosen_style_path)")
+        styles = [resolve_prompt_style(params.score, chosen_style_path)]
     scorer = scorer_for(params, score_block)
     if scorer.kind == "function" and not scorer.dimensions:
         styles, modes = styles[:1], modes[:1]
@@ -318,7 +319,7 @@ def describe_check(stage: str, metrics: dict, report: dict, items: list[dict], s
                 for key in ("empathy", "relevance"))
             for run_key, f in metrics["by_prompt_style"].items()))
     elif g.human_ratings:
-        lines.append(f"{stage}: no human reference set ({HUMAN_ITEMS} is missing or empty): the judge is measured "
+        lines.append(f"{stage}: no human reference set (the human_set stage's items are missing or empty): the judge is measured "
                      "against no people")
     lines.append(f"{stage}: {len(items)} items on the {rubric.name} rubric; prompt format {metrics['chosen_prompt_style']}; "
                  + "; ".join(f"{run_key}: " + ", ".join(f"{g.judge_figure_words.get(name, name)} {f[name]} "
@@ -328,7 +329,7 @@ def describe_check(stage: str, metrics: dict, report: dict, items: list[dict], s
     return lines
 
 
-def log_check(params, stage: str, metrics: dict, styles: list[str], modes: list[str], g: Granularity,
+def log_check(params: Params, stage: str, metrics: dict, styles: list[str], modes: list[str], g: Granularity,
               files: dict[str, str]) -> None:
     """The check as an MLflow run of the judge experiment: its reference set as a dataset, its figures per run,
     the report and the plot."""

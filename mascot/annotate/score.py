@@ -6,12 +6,13 @@ JSON schema. A candidate the judge could not score is recorded as unscored, with
 ever invented.
 """
 from __future__ import annotations
+
 from pathlib import Path
 from statistics import fmean, pstdev
 
 from mascot.annotate.function_judge import FunctionJudge
-from mascot.annotate.rubric import (MIN_REASON_CHARS, PERSONA, SCORE_CHOICES, JudgeParseError, Rubric,
-                                    expected_score, load_rubric)
+from mascot.annotate.rubric import (JudgeParseError, MIN_REASON_CHARS, PERSONA, Rubric, SCORE_CHOICES, expected_score,
+                                    load_rubric)
 from mascot.config import ScoreParams
 from mascot.data.personas import Persona
 from mascot.granularity import REPLY
@@ -31,7 +32,7 @@ def _unscored(unit, judge, mode, reason, **extra) -> dict:
     return _record(unit, judge, mode, status="unscored", unscored_reason=reason, **extra)
 
 
-def _score_expected(chunk, prompts_per_unit, rubric, params, backend) -> list[dict]:
+def _score_expected(chunk, prompts_per_unit, rubric, params: ScoreParams, backend) -> list[dict]:
     dims = list(rubric.dimensions)
     prompts = [p for unit_prompts in prompts_per_unit for p in unit_prompts["expected"].values()]
     dists = backend.choice_distribution(prompts, SCORE_CHOICES)
@@ -51,7 +52,7 @@ def _score_expected(chunk, prompts_per_unit, rubric, params, backend) -> list[di
     return out
 
 
-def _score_json(chunk, prompts_per_unit, rubric, params, backend) -> list[dict]:
+def _score_json(chunk, prompts_per_unit, rubric, params: ScoreParams, backend) -> list[dict]:
     """JSON ratings under the rubric's schema. A reply that does not parse is asked again in a way that can
     differ: one cut at its token budget gets twice the budget (up to 4x max_tokens), any other gets sampled
     at score.retry_temperature instead of greedy. Each record keeps its attempts."""
@@ -224,8 +225,8 @@ def mean_total_by_source(scores: list[dict], queries: dict[str, dict]) -> dict[s
     return {src: round(fmean(v), 4) for src, v in sorted(by.items())}
 
 
-def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str = "reports/figures/judge_check.json") -> str:
-    """`auto` takes the prompt format judge_check measured as best for this judge."""
+def resolve_prompt_style(params: ScoreParams, judge_check_metrics: str) -> str:
+    """`auto` takes the prompt format judge_check measured as best for this judge (its figures: `judge_check_metrics`)."""
     if params.prompt_style != "auto":
         return params.prompt_style
 

@@ -14,8 +14,8 @@ from mascot.annotate.director import (DirectiveError, block_messages, directive_
                                       roster)
 from mascot.annotate.episodes import Branch, LLMDirector, Sampling, roll_forward
 from mascot.annotate.rubric import SCORE_CHOICES
-from mascot.annotate.score import resolve_prompt_style, score_units
-from mascot.config import DirectorParams
+from mascot.annotate.score import score_units
+from mascot.config import DirectorParams, Params
 from mascot.granularity import BLOCK
 from mascot.io import InputError
 from mascot.policy.watch.callback import JudgeMemo, Watch
@@ -110,16 +110,16 @@ def make_director_rewards(scorer, speaker_backend, personas: dict, params: Direc
     return [group_reward_model, directive_format, speaker_diversity]
 
 
-def director_watch(params, p: DirectorParams, queries: dict[str, dict], personas: dict, scorer, speaker, judge,
-                   rollout: Sampling):
+def director_watch(params: Params, p: DirectorParams, queries: dict[str, dict], personas: dict, scorer, speaker, judge,
+                   rollout: Sampling, style: str):
     """The watch of a Director: held-out queries (the evaluation's rule) at their branch point; the policy's
     greedy directive is rolled forward `rollout_turns` turns by the speakers (as in training), and the block is
-    scored by the group reward model and by the judge on the collective rubric (a directive that does not parse
+    scored by the group reward model and by the judge on the collective rubric, in prompt format `style` (a directive that does not parse
     leaves no block: the judge's floor, and no reward-model score)."""
     w = p.watch
     probes = held_out(list(queries.values()), params.heldout, w.probe_queries)
     prompts = [director_prompt(personas, q["context"], [], p.prompt_style, prefill=False)[0] for q in probes]
-    style, team, rubric = resolve_prompt_style(params.score), roster(personas), BLOCK.rubric(params)
+    team, rubric = roster(personas), BLOCK.rubric(params)
     judged = JudgeMemo(lambda units: score_units(units, rubric, params.score, judge, prompt_style=style),
                        float(SCORE_CHOICES[0]))
 

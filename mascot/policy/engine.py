@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from mascot import checkpoints, precision, registry
-from mascot.config import GRPOParams
+from mascot.config import GRPOParams, Params
 from mascot.io import InputError, write_json
 from mascot.launch import is_main_process, rank_tag, world_size
 from mascot.llm.identity import folder_digest
@@ -243,7 +243,7 @@ class PolicyStage:
     completion_regex: str | None = None  # rollouts decode under it (the Director's directive grammar)
 
 
-def run_policy_stage(params, stage: PolicyStage, rows: list[dict]) -> tuple[dict, object]:
+def run_policy_stage(params: Params, stage: PolicyStage, rows: list[dict]) -> tuple[dict, object]:
     """One GRPO stage on its prompt `rows`, speaker or Director: an MLflow run (params, metrics, the adapter, its input files as
     datasets), a registered version marked complete only at the end, the curves as CSV for `dvc plots`, and,
     with a `watch`, its checks (plot, verdict) and the `champion` alias given or refused by the verdict."""

@@ -11,14 +11,14 @@ from statistics import fmean
 
 from mascot.annotate.generate import generate_candidates
 from mascot.annotate.rubric import load_rubric
-from mascot.annotate.score import resolve_prompt_style, score_candidates
-from mascot.config import GenerateParams
+from mascot.annotate.score import score_candidates
+from mascot.config import GenerateParams, Params
 from mascot.granularity import persona_fields
 from mascot.io import columns_of
 from mascot.stats import DEFAULT_MIN_N, describe, describe_equal_length, equal_length_difference, mean_with_ci
 
 
-def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[dict, list[dict]]:
+def evaluate_policy(backend, queries, personas, judge, scorer, params: Params, judge_style: str) -> tuple[dict, list[dict]]:
     gen = GenerateParams(num_agents_per_query=1, prompt_style=params.grpo.prompt_style,
                          temperature=params.evaluate.temperature, max_tokens=params.evaluate.max_tokens,
                          seed=params.evaluate.seed)
@@ -27,7 +27,7 @@ def evaluate_policy(backend, queries, personas, judge, scorer, params) -> tuple[
     rm = scorer.score([(persona_fields(personas[c["persona"]]), by_q[c["query_id"]]["context"], c["text"])
                        for c in candidates])
     scores = score_candidates(candidates, by_q, personas, params.score, judge,
-                              prompt_style=resolve_prompt_style(params.score))
+                              prompt_style=judge_style)
     scored = [s for s in scores if s["status"] == "scored"]
     metrics = {"replies": len(candidates), "rm_mean_score": round(fmean(rm), 4) if rm else None,
                "mean_reply_words": round(fmean(len(c["text"].split()) for c in candidates), 2) if candidates else None,

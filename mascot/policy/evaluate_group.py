@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections import Counter
 from statistics import fmean
 
+from mascot.annotate.controls import first_speaker
 from mascot.annotate.director import block_messages
 from mascot.annotate.episodes import LLMDirector, Sampling, ScriptedDirector, free_parse_rate
-from mascot.annotate.controls import first_speaker
 from mascot.annotate.rubric import SCORE_CHOICES
+from mascot.config import Params
 from mascot.granularity import BLOCK, REPLY
 from mascot.io import InputError, columns_of
 from mascot.policy.evaluate import load_policy
@@ -125,7 +126,7 @@ def planted_figures(features: dict[str, dict[str, float]], persona: str, min_n: 
     return out
 
 
-def build_directors(params, personas: dict, director_dir: str) -> dict:
+def build_directors(params: Params, personas: dict, director_dir: str) -> dict:
     """Each condition's Director: the trained and the base policy (decoding as train_director trained it),
     or a scripted one (random, round-robin, ...)."""
     from mascot.llm.local_backend import LocalBackend

@@ -7,8 +7,8 @@ import json
 
 from mascot.annotate.generate import speaker_prompt
 from mascot.annotate.rubric import SCORE_CHOICES
-from mascot.annotate.score import resolve_prompt_style, score_units
-from mascot.config import GRPOParams
+from mascot.annotate.score import score_units
+from mascot.config import GRPOParams, Params
 from mascot.granularity import REPLY, persona_fields
 from mascot.io import InputError
 from mascot.policy.rewards import LengthCalibration, first_line
@@ -35,16 +35,16 @@ def grpo_prompts(queries: list[dict], pairs: list[dict], personas: dict, params:
     return rows[: params.max_prompts] if params.max_prompts else rows
 
 
-def speaker_watch(params, p: GRPOParams, queries: dict[str, dict], personas: dict, scorer, judge):
+def speaker_watch(params: Params, p: GRPOParams, queries: dict[str, dict], personas: dict, scorer, judge, style: str):
     """The watch of a speaker policy: held-out queries (the evaluation's rule), each under `probe_personas`
-    personas in turn, answered greedily, scored by the reward model, the judge (persona rubric; an empty reply
-    at the rubric's floor) and by length and repetition."""
+    personas in turn, answered greedily, scored by the reward model, the judge (persona rubric, in prompt format `style`; an
+    empty reply at the rubric's floor) and by length and repetition."""
     w, names = p.watch, list(personas)
     probes = [(q, personas[names[(i + j) % len(names)]])
               for i, q in enumerate(held_out(list(queries.values()), params.heldout, w.probe_queries))
               for j in range(min(w.probe_personas, len(names)))]
     prompts = [speaker_prompt(persona, q["context"], p.prompt_style)[0] for q, persona in probes]
-    style, by_id, rubric = resolve_prompt_style(params.score), {q["query_id"]: q for q, _ in probes}, REPLY.rubric(params)
+    by_id, rubric = {q["query_id"]: q for q, _ in probes}, REPLY.rubric(params)
     judged = JudgeMemo(lambda units: score_units(units, rubric, params.score, judge, prompt_style=style),
                        float(SCORE_CHOICES[0]))
 

@@ -7,6 +7,7 @@ from statistics import fmean
 
 import numpy as np
 
+from mascot.config import Params
 from mascot.data.human_ratings import agreement
 from mascot.granularity import persona_fields
 from mascot.io import load_jsonl
@@ -122,15 +123,14 @@ class HumanCheck:
     min_n: int = DEFAULT_MIN_N
 
 
-def held_out_human(params, items_path: str = "data/human/items.jsonl",
-                   judge_path: str = "data/judge_check/human_scores.jsonl") -> HumanCheck | None:
+def held_out_human(params: Params, items_path: str, judge_path: str | None) -> HumanCheck | None:
     """The rated supporter turns of held-out conversations (no reward model trains on them), with the judge's
     totals on them in judge_check's chosen format; None without a human set."""
     if not Path(items_path).exists():
         return None
     items = [i for i in load_jsonl(items_path) if is_held_out(i, params.heldout)]
     judge = ({r["candidate_id"]: r["total_reward"] for r in load_jsonl(judge_path)
-              if r.get("chosen") and r["status"] == "scored"} if Path(judge_path).exists() else {})
+              if r.get("chosen") and r["status"] == "scored"} if judge_path and Path(judge_path).exists() else {})
     return HumanCheck(items, params.human.min_gap, judge, params.stats.min_n)
 
 

@@ -7,6 +7,8 @@ import time
 from mascot.annotate.controls import planted_pattern
 from mascot.annotate.function_judge import make_judge
 from mascot.annotate.rubric import load_rubric
+from mascot.annotate.score import resolve_prompt_style
+from mascot.config import Params
 from mascot.data.personas import load_personas
 from mascot.io import load_jsonl, read_json, write_json, write_jsonl
 from mascot.policy.evaluate import (completions_table, describe_differences, evaluate_policy, flat_differences,
@@ -14,9 +16,10 @@ from mascot.policy.evaluate import (completions_table, describe_differences, eva
 from mascot.splits import conversation_of, held_out
 
 
-def main(params, queries_path: str = "data/queries.jsonl",
-         policy_dir: str = "models/policy", metrics_path: str = "reports/figures/evaluate.json",
-         replies_path: str = "reports/evaluate_replies.jsonl") -> None:
+def main(params: Params, *, queries_path: str, policy_dir: str, champion_path: str, judge_check_path: str,
+         figures_path: str, replies_path: str) -> None:
+    """`champion_path`: the promote stage's decision (the reward model both policies are scored by);
+    `judge_check_path`: the judge's figures (the judge takes the prompt format they chose)."""
     import mlflow
     from mlflow.entities import Metric, RunTag
 
@@ -31,7 +34,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
     # queries no model trained on: never in pairs (the reward model), never GRPO prompts (the policy)
     queries = held_out(load_jsonl(queries_path), params.heldout, params.evaluate.max_queries)
     rm_name, alias = params.train_rm.registered_model, params.grpo.reward_alias
-    rm_version, alias = registry.check_recorded_champion(rm_name, alias, "reports/figures/promote.json", "evaluate", "promote")
+    rm_version, alias = registry.check_recorded_champion(rm_name, alias, champion_path, "evaluate", "promote")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     judge = make_judge(params)
     policy = read_json(Path(policy_dir) / "registered.json", "run train_grpo first")
@@ -49,7 +52,8 @@ def main(params, queries_path: str = "data/queries.jsonl",
         with mlflow.start_run(experiment_id=exp, run_name=f"eval-{label}-{git['git_commit'][:7]}", tags=tags) as run:
             run_ids[label] = run.info.run_id
             registry.log_input_file(queries_path, "eval")
-            metrics, replies = evaluate_policy(backend, queries, personas, judge, scorer, params)
+            metrics, replies = evaluate_policy(backend, queries, personas, judge, scorer, params,
+                                               resolve_prompt_style(params.score, judge_check_path))
             mlflow.log_params({"evaluate.max_queries": params.evaluate.max_queries,
                                "evaluate.temperature": params.evaluate.temperature,
                                "evaluate.max_tokens": params.evaluate.max_tokens, "score.mode": params.score.mode})
@@ -70,7 +74,7 @@ def main(params, queries_path: str = "data/queries.jsonl",
     mlflow.MlflowClient().log_batch(run_ids["grpo"], metrics=[
         Metric(k, v, int(time.time() * 1000), 0) for k, v in flat_differences(diffs).items()],
         tags=[RunTag("judge_gain_is", results["judge_gain_is"])])
-    write_json(metrics_path, results)
+    write_json(figures_path, results)
     write_jsonl(replies_path, all_replies)
 
     for line in describe_differences(diffs, params.stats.min_n):

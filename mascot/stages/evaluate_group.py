@@ -9,6 +9,7 @@ from mascot.annotate.controls import planted_persona
 from mascot.annotate.episodes import Branch, DirectorPerBranch, Sampling, episode_record, roll_forward
 from mascot.annotate.function_judge import make_judge, scorer_for
 from mascot.annotate.score import resolve_prompt_style, score_units
+from mascot.config import Params
 from mascot.data.personas import load_personas
 from mascot.granularity import BLOCK, REPLY
 from mascot.io import load_jsonl, read_json, write_json, write_jsonl
@@ -19,7 +20,7 @@ from mascot.policy.evaluate_group import (block_words, build_directors, conversa
 from mascot.splits import conversation_of
 
 
-def log_condition(params, experiment_id: str, run_name: str, tags: dict, queries_path: str, metrics: dict,
+def log_condition(params: Params, experiment_id: str, run_name: str, tags: dict, queries_path: str, metrics: dict,
                   table: dict[str, list]) -> None:
     """One condition's MLflow run: its inputs, settings, figures and conversations table."""
     import mlflow
@@ -37,9 +38,10 @@ def log_condition(params, experiment_id: str, run_name: str, tags: dict, queries
         mlflow.log_table(data=table, artifact_file="evaluate_group_conversations.json")
 
 
-def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
-         director_dir: str = "models/director", metrics_path: str = "reports/figures/evaluate_group.json",
-         out_path: str = "reports/evaluate_group_conversations.jsonl") -> None:
+def main(params: Params, *, queries_path: str, episodes_path: str, director_dir: str, champion_path: str,
+         judge_check_path: str, figures_path: str, conversations_path: str) -> None:
+    """`champion_path`: the promote_group stage's decision (the group reward model every condition is scored by);
+    `judge_check_path`: the judge's figures (the judge takes the prompt format they chose)."""
     from mascot import registry
     from mascot.reward.scorer import RewardScorer
 
@@ -52,14 +54,14 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     queries = heldout_conversations(all_queries, load_jsonl(episodes_path), params.heldout, p.max_queries)
     by_q = {q["query_id"]: q for q in all_queries}
     rm_name, alias = params.train_group_rm.registered_model, d.reward_alias
-    rm_version, alias = registry.check_recorded_champion(rm_name, alias, "reports/figures/promote_group.json", "evaluate_group",
+    rm_version, alias = registry.check_recorded_champion(rm_name, alias, champion_path, "evaluate_group",
                                                          "promote_group")
     scorer = RewardScorer.from_registry(f"models:/{rm_name}@{alias}")
     speaker = make_backend(params.llm.speaker, "llm.speaker")
     # the collective judge (score_group.scorer where set) and the per-reply one: one backend where they are one
     judge = make_judge(params, BLOCK.score_block)
     reply_judge = judge if scorer_for(params, BLOCK.score_block) is params.score.scorer else make_judge(params)
-    style = resolve_prompt_style(params.score)
+    style = resolve_prompt_style(params.score, judge_check_path)
     director_version = read_json(Path(director_dir) / "registered.json", "run train_director first")
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
     git = {**registry.git_state(), **registry.dvc_experiment_tags()}
@@ -111,7 +113,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     judge.close()
     if reply_judge is not judge:
         reply_judge.close()
-    write_json(metrics_path, results)
-    write_jsonl(out_path, records_all)
+    write_json(figures_path, results)
+    write_jsonl(conversations_path, records_all)
     for line in describe_results(results, p.conditions, len(queries), p.agent_turns, params.stats.min_n):
         print(line)

@@ -5,14 +5,14 @@ from collections import Counter
 from statistics import fmean
 
 from mascot.annotate.generate import generate_candidates, generation_queries
+from mascot.config import Params
 from mascot.data.personas import load_personas, resolve_persona
 from mascot.io import load_jsonl, write_json, write_jsonl
 from mascot.llm.factory import make_backend
 from mascot.resume import Journal
 
 
-def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/candidates.jsonl",
-         metrics: str = "reports/figures/generate.json") -> None:
+def main(params: Params, *, queries_path: str, candidates_path: str, figures_path: str) -> None:
     queries, skipped = generation_queries(load_jsonl(queries_path), params.generate, params.heldout)
     personas = load_personas(params.prepare.personas_file)
     for i, q in enumerate(queries, start=1):  # before any model loads: bad input fails fast
@@ -28,13 +28,13 @@ def main(params, queries_path: str = "data/queries.jsonl", out: str = "data/cand
     finally:
         journal.close()
         backend.close()
-    write_jsonl(out, candidates)
+    write_jsonl(candidates_path, candidates)
     counted = [c["completion_tokens"] for c in candidates if c["completion_tokens"] is not None]
-    write_json(metrics, {
+    write_json(figures_path, {
         "candidates": len(candidates), "resumed_groups": stats["reused"], "heldout_queries_skipped": skipped,
         "empty_texts": sum(not c["text"].strip() for c in candidates),
         "mean_completion_tokens": round(fmean(counted), 2) if counted else None,
         "mean_reply_words": round(fmean(len(c["text"].split()) for c in candidates), 2) if candidates else None,
         "thinking_removed": sum(bool(c.get("thinking_removed")) for c in candidates),
         "finish_reasons": dict(Counter(c["finish_reason"] for c in candidates))})
-    print(f"generate: {len(candidates)} candidates -> {out}")
+    print(f"generate: {len(candidates)} candidates -> {candidates_path}")

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mascot.config import Params
 from mascot.data.human_ratings import build_human_set, counts
 from mascot.data.personas import load_personas
 from mascot.data.prepare import load_source, token_counter
 from mascot.io import BadRows, InputError, write_json, write_jsonl
 
 
-def main(params, out: str = "data/human/items.jsonl", metrics: str = "reports/figures/human_set.json") -> None:
+def main(params: Params, *, items_path: str, figures_path: str) -> None:
     """The `human_set` stage: the rated supporter turns of every source in prepare.sources, with their counts."""
     p, h = params.prepare, params.human
     personas = load_personas(p.personas_file)
@@ -20,12 +21,12 @@ def main(params, out: str = "data/human/items.jsonl", metrics: str = "reports/fi
     items = [item for spec in p.sources
              for item in build_human_set(load_source(spec, bad), p.max_context_tokens, count, h.persona,
                                          Path(spec.path).stem if spec.path else spec.format)]
-    write_jsonl(out, items)
+    write_jsonl(items_path, items)
     figures = counts(items, h.min_gap, params.stats.min_n)
-    write_json(metrics, figures)
+    write_json(figures_path, figures)
     base = figures["length_baseline"]
     print(f"human_set: {figures['items']} rated supporter turns of {figures['conversations']} conversations, "
-          f"{figures['pairs']} pairs (ratings {h.min_gap}+ apart) in {figures['pair_conversations']} -> {out}; "
+          f"{figures['pairs']} pairs (ratings {h.min_gap}+ apart) in {figures['pair_conversations']} -> {items_path}; "
           f"longer turn wins {base['mean']} [{base['ci_low']}, {base['ci_high']}]"
           + ("" if items else "; no source has ratings (ESConv annotation.feedback, a JSONL message's rating): "
              "the judge and the reward models are measured against no people"))

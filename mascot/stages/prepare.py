@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 import sys
 
-from mascot.config import PrepareParams
+from mascot.config import Params, PrepareParams
 from mascot.data.personas import load_personas
 from mascot.data.prepare import load_source, token_counter
 from mascot.data.queries import build_queries, sample_queries
@@ -12,7 +12,7 @@ from mascot.io import BadRows, InputError, write_json, write_jsonl
 from mascot.splits import conversation_of, split_counts
 
 
-def main(params, out: str = "data/queries.jsonl", metrics: str = "reports/figures/prepare.json") -> None:
+def main(params: Params, *, queries_path: str, figures_path: str) -> None:
     p: PrepareParams = params.prepare
     bad = BadRows(skip=p.skip_bad_rows)
     personas = load_personas(p.personas_file)
@@ -26,13 +26,13 @@ def main(params, out: str = "data/queries.jsonl", metrics: str = "reports/figure
         ds, list(personas), p.max_context_tokens, count, per_dialogue=p.queries_per_dialogue,
         max_queries=spec.max_queries, min_user_chars=p.min_user_chars, seed=p.seed)]
     queries = sample_queries(pool, list(personas), p.personas_per_query, p.max_queries, p.seed)
-    write_jsonl(out, queries)
+    write_jsonl(queries_path, queries)
     splits = split_counts(queries, params.heldout)
-    write_json(metrics, {"dialogues": len(dialogues), "queries": len(queries), "skipped_bad_rows": len(bad.messages),
+    write_json(figures_path, {"dialogues": len(dialogues), "queries": len(queries), "skipped_bad_rows": len(bad.messages),
                          "conversations": len({conversation_of(q) for q in queries}), **splits,
                          "queries_by_source": dict(Counter(q["source"] for q in queries)),
                          "queries_by_persona": dict(Counter(n for q in queries for n in q["personas"]))})
-    print(f"prepare: {len(dialogues)} dialogues -> {len(queries)} queries -> {out}"
+    print(f"prepare: {len(dialogues)} dialogues -> {len(queries)} queries -> {queries_path}"
           + (f" ({len(bad.messages)} bad rows skipped)" if bad.messages else "")
           + f"; held out: {splits['heldout_queries']} queries of {splits['heldout_conversations']} conversations, "
             f"the rest: {splits['trainable_queries']} of {splits['trainable_conversations']}")

@@ -12,17 +12,20 @@ import os
 import subprocess
 
 from mascot import registry
+from mascot.config import Params
 from mascot.data.personas import load_personas
 from mascot.io import InputError, load_jsonl, read_json, write_json
 from mascot.promote import FROM_EXPERIMENT_ENV, ROUNDTRIP_TOLERANCE, chance_gate, human_gate, measure, parse_model_uri
 from mascot.reward.evaluation import held_out_human, human_set_metrics
 from mascot.reward.scorer import RewardScorer
+from mascot.stage_args import dvc_cmd_options
 
 
-def main(params, registered_path: str = "models/reward/registered.json", pairs_path: str = "data/pairs.jsonl",
-         metrics_path: str = "reports/figures/promote.json", block: str = "promote") -> None:
+def main(params: Params, *, registered_path: str, pairs_path: str, figures_path: str, human_items_path: str | None = None,
+         human_scores_path: str | None = None, block: str = "promote") -> None:
     """The gate for either reward model: the registered.json it reads names the model and its granularity;
-    `block` names the params block with the thresholds (promote, promote_group)."""
+    `block` names the params block with the thresholds (promote, promote_group); the human set's items and the
+    judge's scores of them hold a reply reward model to people."""
     registry.setup_tracking(params)
     p = getattr(params, block)
     new = read_json(registered_path, "run the training stage first")
@@ -50,8 +53,8 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
                                                  p.require_beat_length_baseline, p.bar_on, params.stats.min_n)
     promoted, reason = chance_gate(promoted, reason, new_metrics, p.max_null_p)
     human_metrics = {}
-    if new_scorer.granularity.human_ratings:  # people rated one supporter turn, not a block of group turns
-        human = held_out_human(params)
+    if new_scorer.granularity.human_ratings and human_items_path:  # people rated a supporter turn, not a block
+        human = held_out_human(params, human_items_path, human_scores_path)
         human_metrics = human_set_metrics(new_scorer, human, personas) if human is not None else {}
         promoted, reason = human_gate(promoted, reason, human_metrics, p.min_human_agreement, p.bar_on,
                                       params.stats.min_n)
@@ -83,7 +86,7 @@ def main(params, registered_path: str = "models/reward/registered.json", pairs_p
               "roundtrip_max_abs_diff": drift, **{f"new_{k}": v for k, v in new_metrics.items()},
               **{f"new_{k}": v for k, v in human_metrics.items()}, "min_human_agreement": p.min_human_agreement,
               **({f"champion_{k}": v for k, v in champion_metrics.items()} if champion_metrics else {})}
-    write_json(metrics_path, result)
+    write_json(figures_path, result)
     where = f" (DVC experiment {experiment}; the team's @{p.alias} stays at v{champion_version})" if experiment else ""
     print(f"{block}: {name} v{version} -> {'@' + alias if alias else 'no alias'}{where}: {reason}")
 
@@ -108,13 +111,13 @@ def record_decision(name: str, version: str, promoted: bool, reason: str, figure
     return None, team_alias
 
 
-def main_group(params) -> None:
+def main_group(params: Params, *, registered_path: str, pairs_path: str, figures_path: str) -> None:
     """Stage 2: the group reward model through the same gate, on the block eval pairs."""
-    main(params, "models/group_reward/registered.json", "data/group/pairs.jsonl", "reports/figures/promote_group.json",
-         "promote_group")
+    main(params, registered_path=registered_path, pairs_path=pairs_path, figures_path=figures_path,
+         block="promote_group")
 
 
-def promote_from_experiment(params, experiment: str) -> None:
+def promote_from_experiment(params: Params, experiment: str) -> None:
     """After a sweep: make the reward models DVC experiment `experiment` promoted (their `exp-<name>` alias) the
     team's. `dvc exp apply` brings the experiment's params and outputs into the workspace, then each gate that
     promoted in the experiment runs again as a plain stage (`dvc repro --force --single-item promote ...`): it
@@ -135,7 +138,7 @@ def promote_from_experiment(params, experiment: str) -> None:
     subprocess.run(["dvc", "repro", "--force", "--single-item", *gates], check=True,
                    env={**env, FROM_EXPERIMENT_ENV: experiment})
     for stage, (model, version) in gates.items():
-        decision = read_json(f"reports/figures/{stage}.json")
+        decision = read_json(dvc_cmd_options(stage)["figures_path"])  # where dvc.yaml has the gate write it
         if str(decision["version"]) != str(version):
             raise InputError(f"promote --from-experiment {experiment}: the applied workspace registers {model} "
                              f"v{decision['version']}, but @{scoped} is v{version}: the experiment's outputs are not "
@@ -145,7 +148,7 @@ def promote_from_experiment(params, experiment: str) -> None:
     print("promote: `dvc repro` runs the later stages against the champion")
 
 
-def promote_by_hand(params, version: str, alias: str, reason: str, name: str | None = None) -> None:
+def promote_by_hand(params: Params, version: str, alias: str, reason: str, name: str | None = None) -> None:
     registry.setup_tracking(params)
     name = name or params.train_rm.registered_model
     state = registry.registration_state(name, version)
@@ -157,7 +160,7 @@ def promote_by_hand(params, version: str, alias: str, reason: str, name: str | N
     print(f"promote: {name} @{alias}: v{previous} -> v{version} ({reason})")
 
 
-def probe_main(params, uri: str | None = None) -> None:
+def probe_main(params: Params, uri: str | None = None) -> None:
     """Score the probe texts with a registry model in this (fresh) process, beside the scores the training
     process computed (kept on the version as the `probe_scores` tag)."""
     from mlflow.tracking import MlflowClient

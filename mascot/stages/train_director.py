@@ -6,7 +6,8 @@ import os
 from mascot.annotate.director import directive_pattern
 from mascot.annotate.episodes import Sampling, speaker_sampling
 from mascot.annotate.function_judge import make_judge
-from mascot.config import DirectorParams
+from mascot.annotate.score import resolve_prompt_style
+from mascot.config import DirectorParams, Params
 from mascot.data.personas import load_personas
 from mascot.granularity import BLOCK
 from mascot.io import load_jsonl
@@ -15,9 +16,10 @@ from mascot.llm.factory import make_backend
 from mascot.policy.director import director_states, director_watch, make_director_rewards, unparseable_floor
 
 
-def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = "data/group/episodes.jsonl",
-         out_dir: str = "models/director", metrics_path: str = "reports/figures/train_director.json",
-         plots_path: str = "plots/train_director/rewards.csv", watch_plot: str = "plots/train_director/watch.csv") -> None:
+def main(params: Params, *, queries_path: str, episodes_path: str, champion_path: str, judge_check_path: str,
+         director_dir: str, figures_path: str, rewards_plot: str, watch_plot: str) -> None:
+    """`champion_path`: the promote_group stage's decision, which names the group reward model the Director trains
+    against; `judge_check_path`: the judge's figures (the watch's judge takes the prompt format they chose)."""
     from mascot import registry
     from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
 
@@ -25,7 +27,7 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
     registry.setup_tracking(params)
     rm_name = params.train_group_rm.registered_model
-    _, rm_alias = registry.check_recorded_champion(rm_name, p.reward_alias, "reports/figures/promote_group.json",
+    _, rm_alias = registry.check_recorded_champion(rm_name, p.reward_alias, champion_path,
                                                    "train_director", "promote_group")
     rm_version, rm_uri, scorer = champion_scorer(rm_name, rm_alias, "train_director", "promote_group")
     personas = load_personas(params.prepare.personas_file)
@@ -50,17 +52,18 @@ def main(params, queries_path: str = "data/queries.jsonl", episodes_path: str = 
                 "directive_format_last_step": fmt[-1] if fmt else None,
                 "completion_kinds": dict(rewards[1].completion_kinds), "unparseable_floor": floor}
 
-    series = {plots_path: ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
+    series = {rewards_plot: ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
                            "rewards/speaker_diversity/mean", "completions/mean_length", "reward_std",
                            "frac_reward_zero_std", "completions/clipped_ratio"]}
 
     judge = make_judge(params, BLOCK.score_block) if p.watch.enabled and is_main_process() else None
     try:
-        watch = director_watch(params, p, queries, personas, scorer, speaker, judge, rollout) if judge else None
+        watch = (director_watch(params, p, queries, personas, scorer, speaker, judge, rollout,
+                                resolve_prompt_style(params.score, judge_check_path)) if judge else None)
         stage = PolicyStage(
             "train_director", p, params.mlflow.director_experiment,
             "LoRA Director policy (one directive per completion) trained with GRPO", rewards,
-            [p.reward_weight, p.format_weight, p.diversity_weight], tags, out_dir, metrics_path, series,
+            [p.reward_weight, p.format_weight, p.diversity_weight], tags, director_dir, figures_path, series,
             format_figures, watch=watch, watch_plot=watch_plot, inputs=[(episodes_path, "train")],
             completion_regex=directive_pattern(list(personas), p.prompt_style == "transcript")
             if p.constrain_rollouts else None)

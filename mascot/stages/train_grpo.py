@@ -6,7 +6,8 @@ from pathlib import Path
 
 from mascot import registry
 from mascot.annotate.function_judge import make_judge
-from mascot.config import GRPOParams
+from mascot.annotate.score import resolve_prompt_style
+from mascot.config import GRPOParams, Params
 from mascot.data.personas import load_personas
 from mascot.granularity import REPLY
 from mascot.io import load_jsonl
@@ -17,14 +18,15 @@ from mascot.policy.rewards import (LengthCalibrated, WithinGroupLength, make_for
                                    stop_token_ids)
 
 
-def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "data/pairs.jsonl",
-         out_dir: str = "models/policy", metrics_path: str = "reports/figures/train_grpo.json",
-         plots_path: str = "plots/train_grpo/rewards.csv", watch_plot: str = "plots/train_grpo/watch.csv") -> None:
+def main(params: Params, *, queries_path: str, pairs_path: str, champion_path: str, judge_check_path: str, policy_dir: str,
+         figures_path: str, rewards_plot: str, watch_plot: str) -> None:
+    """`champion_path`: the promote stage's decision, which names the reward model this policy trains against;
+    `judge_check_path`: the judge's figures (the watch's judge takes the prompt format they chose)."""
     p: GRPOParams = params.grpo
     os.environ.setdefault("HF_MLFLOW_LOG_ARTIFACTS", "0")
     registry.setup_tracking(params)
     rm_name = params.train_rm.registered_model
-    _, rm_alias = registry.check_recorded_champion(rm_name, p.reward_alias, "reports/figures/promote.json", "train_grpo",
+    _, rm_alias = registry.check_recorded_champion(rm_name, p.reward_alias, champion_path, "train_grpo",
                                                    "promote")
     rm_version, rm_uri, scorer = champion_scorer(rm_name, rm_alias, "train_grpo", "promote")
     personas = load_personas(params.prepare.personas_file)
@@ -35,9 +37,9 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
             "personas": ",".join(sorted({r["persona"] for r in rows})), "base_model": p.base_model,
             "rubric_aggregate": REPLY.rubric(params).aggregation,
             **registry.base_model_tags(p.base_model)}
-    series = {plots_path: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean", "reward_std",
+    series = {rewards_plot: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean", "reward_std",
                            "frac_reward_zero_std", "completions/clipped_ratio"],
-              str(Path(plots_path).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
+              str(Path(rewards_plot).with_name("completion_length.csv")): ["step", "completions/mean_length"]}
     reward_model = make_reward_model_reward(scorer, personas)
     calibrated = None  # a lever against length: its figures() go to the stage's metrics after training
     if p.length_calibration.enabled and p.length_calibration.method == "within_group":
@@ -58,11 +60,12 @@ def main(params, queries_path: str = "data/queries.jsonl", pairs_path: str = "da
     if p.watch.enabled and is_main_process():
         judge = make_judge(params)
     try:
-        watch = speaker_watch(params, p, queries, personas, scorer, judge) if judge is not None else None
+        watch = (speaker_watch(params, p, queries, personas, scorer, judge,
+                               resolve_prompt_style(params.score, judge_check_path)) if judge is not None else None)
         stage = PolicyStage(
             "grpo", p, params.mlflow.policy_experiment, "LoRA speaker policy trained with GRPO",
             [reward_model, make_format_reward(stop_token_ids(p.base_model))],
-            [p.reward_weight, p.format_weight], tags, out_dir, metrics_path, series, watch=watch,
+            [p.reward_weight, p.format_weight], tags, policy_dir, figures_path, series, watch=watch,
             watch_plot=watch_plot, inputs=[(pairs_path, "train")],
             extra_metrics=(lambda history: calibrated.figures()) if calibrated is not None else None)
         metrics, version = run_policy_stage(params, stage, rows)

@@ -7,6 +7,7 @@ from pathlib import Path
 import time
 
 from mascot import checkpoints, registry
+from mascot.config import Params
 from mascot.data.personas import load_personas
 from mascot.granularity import GRANULARITIES, Granularity
 from mascot.io import load_jsonl, write_json, write_jsonl
@@ -17,9 +18,11 @@ from mascot.reward.evaluation import describe_human, held_out_human, plot_distri
 from mascot.reward.train import train_reward_model, write_curves
 
 
-def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/reward",
-         metrics_path: str = "reports/figures/train_rm.json", plots_dir: str = "plots/train_rm",
-         reference_path: str | None = "data/judge_check/reference.jsonl", granularity: str = "reply") -> None:
+def main(params: Params, *, pairs_path: str, model_dir: str, figures_path: str, plots_dir: str, reference_path: str | None = None,
+         human_items_path: str | None = None, human_scores_path: str | None = None,
+         granularity: str = "reply") -> None:
+    """`reference_path`: the judge's reference set, which the reward model is also measured on (where it exists);
+    the human set's items and the judge's scores of them: the reward model against people (reply granularity)."""
     import mlflow
 
     g = GRANULARITIES[granularity]
@@ -31,14 +34,14 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
     ckpt = checkpoints.checkpoint_dir(stage, checkpoints.params_key(params), registry.file_md5(pairs_path), granularity,
                                       folder_digest(p.base_model), world_size())
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
-        train_reward_model(pairs, personas, p, Path(out_dir), ckpt, None, granularity)
+        train_reward_model(pairs, personas, p, Path(model_dir), ckpt, None, granularity)
         return
     exp = registry.experiment_id(getattr(params.mlflow, g.rm_experiment), params.mlflow.artifact_root)
     lineage = {**registry.lineage_tags(pairs_path, p.base_model, g.template_hash),
                "granularity": granularity, "rubric_aggregate": g.rubric(params).aggregation}
     run_name = (f"{g.rm_label}-rm-{Path(p.base_model).name}-r{p.lora.r}-lr{p.learning_rate:g}-"
                 f"{lineage['git_commit'][:7]}")
-    out, plots = Path(out_dir), Path(plots_dir)
+    out, plots = Path(model_dir), Path(plots_dir)
     plots.mkdir(parents=True, exist_ok=True)
     abandoned = registry.abandon_incomplete(p.registered_model)
     if abandoned:
@@ -57,7 +60,8 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                           | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity,
                              "world_size": world_size()})
         reference = load_jsonl(reference_path) if reference_path and Path(reference_path).exists() else None
-        human = held_out_human(params) if g.human_ratings else None
+        human = (held_out_human(params, human_items_path, human_scores_path)
+                 if g.human_ratings and human_items_path else None)
         result = train_reward_model(pairs, personas, p, out, ckpt, reference, granularity, human=human,
                                     min_n=params.stats.min_n)
         metrics = result["metrics"]
@@ -65,8 +69,8 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
         metrics["pairs_chosen_longer_fraction"] = chosen_longer_fraction(pairs)
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         plot_distributions(result["chosen_scores"], result["rejected_scores"], plots / "reward_distributions.png")
-        write_json(metrics_path, {**metrics, "probe_scores": result["probe_scores"]})
-        mlflow.log_artifact(metrics_path)
+        write_json(figures_path, {**metrics, "probe_scores": result["probe_scores"]})
+        mlflow.log_artifact(figures_path)
         mlflow.log_artifact(str(plots / "reward_distributions.png"))
         t = time.perf_counter()
         mlflow.log_artifacts(str(out), artifact_path="reward_model")
@@ -79,7 +83,7 @@ def main(params, pairs_path: str = "data/pairs.jsonl", out_dir: str = "models/re
                                             "classification, one label)")
         tracking["time_register_s"] = round(time.perf_counter() - t - tracking["time_mlflow_artifacts_s"], 3)
         mlflow.log_metrics(tracking)
-    write_json(metrics_path, {**metrics, **tracking, "probe_scores": result["probe_scores"]})
+    write_json(figures_path, {**metrics, **tracking, "probe_scores": result["probe_scores"]})
     write_json(out / "registered.json", {"name": version.name, "version": version.version, "run_id": version.run_id,
                                          "granularity": granularity, "probe_scores": result["probe_scores"]})
     write_curves(result["log_history"], plots)
@@ -104,7 +108,8 @@ def describe_training(stage: str, metrics: dict, g: Granularity, version, with_r
             + f"); registered {version.name} v{version.version} (run {version.run_id})")
 
 
-def main_group(params) -> None:
+def main_group(params: Params, *, pairs_path: str, reference_path: str, model_dir: str, figures_path: str,
+               plots_dir: str) -> None:
     """Stage 2: the group reward model on block pairs, registered as `train_group_rm.registered_model`."""
-    main(params, "data/group/pairs.jsonl", "models/group_reward", "reports/figures/train_group_rm.json", "plots/train_group_rm",
-         reference_path="data/judge_check_group/reference.jsonl", granularity="block")
+    main(params, pairs_path=pairs_path, reference_path=reference_path, model_dir=model_dir, figures_path=figures_path,
+         plots_dir=plots_dir, granularity="block")

@@ -11,7 +11,8 @@ import pandas as pd
 
 from mascot import stats
 from mascot.annotate.score import score_metrics
-from mascot.granularity import REPLY, Granularity
+from mascot.config import Params
+from mascot.granularity import Granularity, REPLY
 from mascot.stats import DEFAULT_MIN_N
 from mascot.validate import suites
 
@@ -167,7 +168,7 @@ def summary(results: list[dict], g: Granularity = REPLY) -> str:
         where = f"{r['table']}.{r['column']}" if r["column"] else r["table"]
         if r["table"] == "judge" and r["column"] == suites.HUMAN:
             lines.append(f"  - judge quality: {r['column']} = {r.get('observed')}, below "
-                         f"{r['kwargs'].get('min_value')} (the judge's agreement with people, {g.judge_check_metrics} "
+                         f"{r['kwargs'].get('min_value')} (the judge's agreement with people, {g.judge_check_stage}'s "
                          "human_pairs; bar: validate.min_human_agreement)")
             continue
         if r["table"] == "judge":
@@ -201,7 +202,7 @@ def html_report(results: list[dict]) -> str:
             f"<th>unexpected rows</th></tr>{rows}</table>")
 
 
-def gate(params, g, candidates: list[dict], scores: list[dict], pairs: list[dict], judge_check: dict,
+def gate(params: Params, g, candidates: list[dict], scores: list[dict], pairs: list[dict], judge_check: dict,
          counts: dict) -> tuple[list[dict], list[dict], list[dict], str | None, bool]:
     """The gate on data already loaded: (expectation results, quarantined rows, the judge figures that failed,
     the judge warning if validate.judge_gate lets them through, whether the gate passes)."""
