@@ -145,7 +145,8 @@ def _main(argv: list[str]) -> int:
     parser = build_parser()
     # a stage's files come as options its function names (mascot/stage_args.py): checked once it is loaded
     args, extra = parser.parse_known_args(argv)
-    if extra and not (args.command in STAGES or args.command == "promote"):
+    by_hand = args.command == "promote" and (args.version or args.from_experiment)
+    if extra and (by_hand or not (args.command in STAGES or args.command == "promote")):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         args.files = parse_options(extra, f"mascot {args.command}")

@@ -98,8 +98,17 @@ def test_positive_control_grpo_raises_the_feature_on_heldout_probes(positive):
     assert rate["grpo"] > rate["base"] + 0.3, rate
 
 
+def _control_params(work, env, *names: str) -> None:
+    """The control's own params again (another test of the shared repo may have moved a gate), and its chain
+    brought up to date through promote."""
+    sh("git checkout -q params.yaml", work, env)
+    sh("mascot profile tiny controls " + " ".join(names), work, env)
+    sh("dvc repro promote", work, env)
+
+
 def test_negative_control_reward_model_finds_nothing_and_the_gates_stop(negative):
     work, env = negative
+    _control_params(work, env, "control-negative")  # in any order: the watch test below turns the gate off
     rm = _metrics(work, "train_rm")
     assert rm["eval_pairs"] >= 100
     # within chance: a random score per reply reaches this accuracy on these very pairs in at least 1% of draws.
@@ -122,8 +131,7 @@ def test_negative_control_reward_model_finds_nothing_and_the_gates_stop(negative
 
 def test_negative_control_watch_does_not_call_noise_improving(negative):
     work, env = negative
-    sh("git checkout -q params.yaml", work, env)
-    sh("mascot profile tiny controls control-negative", work, env)
+    _control_params(work, env, "control-negative")
     # the gate off, so that GRPO runs against the noise reward model and the watch must say what it sees
     _set_params(work, {"promote": {"min_eval_accuracy": 0.0, "require_beat_length_baseline": False, "bar_on": "point",
                                    "max_null_p": None}})
@@ -177,6 +185,8 @@ def test_group_positive_control_the_trained_director_gives_the_floor_as_the_judg
 
 def test_group_negative_control_finds_nothing_and_the_gate_stops(group_negative):
     work, env = group_negative
+    _control_params(work, env, "control-negative", "controls-group", "control-group-negative")  # in any order
+    sh("dvc repro promote_group", work, env)
     rm = _metrics(work, "train_group_rm")
     assert rm["eval_pairs"] >= 20 and rm["eval_accuracy_ci_low"] < 0.5 < rm["eval_accuracy_ci_high"], rm
     promote = _metrics(work, "promote_group")
