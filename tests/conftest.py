@@ -13,6 +13,23 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 
 
+# MLflow's set_tracking_uri and set_registry_uri export MLFLOW_TRACKING_URI and MLFLOW_REGISTRY_URI into
+# os.environ, and a pipeline copy's stages inherit os.environ: a test that points MLflow at its own store in-process
+# would otherwise become the store of every pipeline a later test runs (found by a shuffled order).
+MLFLOW_URI_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_uris_restored():
+    saved = {name: os.environ.get(name) for name in MLFLOW_URI_VARIABLES}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

@@ -9,6 +9,7 @@ def test_an_input_file_is_a_dataset_with_its_dvc_md5_and_context(tmp_path, monke
     import mlflow
     from mlflow import MlflowClient
 
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     path = tmp_path / "pairs.jsonl"
     write_jsonl(path, [{"pair_id": "a>b", "split": "train", "margin": 0.5, "chosen": [{"role": "assistant"}]},
