@@ -199,7 +199,7 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
         else:
             files = stage_files(promote_mod.main, "promote", args.files)
             promote_mod.main(params, **files)
-            write_headline("promote", files["figures_path"], metrics_file("promote"))
+            write_stage_headline("promote", files)
         return 0
     module, _, function = STAGES[args.command].partition(":")
     stage = getattr(importlib.import_module(module), function or "main")
@@ -207,16 +207,21 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
     status = relaunch(args.command, params, argv)
     if status is not None:  # the stage ran under a launcher, in processes of its own
         if status == 0:
-            write_headline(args.command, files["figures_path"], metrics_file(args.command))
+            write_stage_headline(args.command, files)
         return status
     if under_launcher():
         one_write_per_line()
     stage(params, **files)
     if not under_launcher():  # the headline file: what dvc metrics and dvc exp show list
-        write_headline(args.command, files["figures_path"], metrics_file(args.command))
+        write_stage_headline(args.command, files)
     report_requests(args.command)
     repeat_judge_warning(args.command)
     return 0
+
+
+def write_stage_headline(command: str, files: dict[str, str]) -> None:
+    """The headline file dvc.yaml's `metrics:` declares, from the figures file the stage was handed."""
+    write_headline(command, files["figures_path"], metrics_file(command))
 
 
 def mlflow_error(command: str, exc) -> str:

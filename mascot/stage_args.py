@@ -30,12 +30,18 @@ def parse_options(tokens: list[str], where: str) -> dict[str, str]:
     return options
 
 
-def dvc_cmd_options(stage: str, dvc_yaml: str | Path = "dvc.yaml") -> dict[str, str]:
-    """The options dvc.yaml's `cmd` gives `stage` ({} without a dvc.yaml or such a stage)."""
+def dvc_stage(stage: str, dvc_yaml: str | Path = "dvc.yaml") -> dict:
+    """`stage`'s entry in dvc.yaml ({} without a dvc.yaml or such a stage)."""
     path = Path(dvc_yaml)
     if not path.exists():
         return {}
-    cmd = ((yaml.safe_load(path.read_text()) or {}).get("stages") or {}).get(stage, {}).get("cmd")
+    return ((yaml.safe_load(path.read_text()) or {}).get("stages") or {}).get(stage) or {}
+
+
+def dvc_cmd_options(stage: str, dvc_yaml: str | Path = "dvc.yaml") -> dict[str, str]:
+    """The options dvc.yaml's `cmd` gives `stage` ({} without a dvc.yaml or such a stage)."""
+    path = Path(dvc_yaml)
+    cmd = dvc_stage(stage, path).get("cmd")
     if not cmd:
         return {}
     tokens = shlex.split(cmd)
@@ -47,10 +53,7 @@ def metrics_file(stage: str, dvc_yaml: str | Path = "dvc.yaml") -> str:
     """The headline file dvc.yaml's `metrics:` declares for `stage` (`metrics/<stage>.json` where no dvc.yaml
     or no such stage says otherwise, as when a stage runs by hand in a bare folder)."""
     path = Path(dvc_yaml)
-    declared = []
-    if path.exists():
-        entry = ((yaml.safe_load(path.read_text()) or {}).get("stages") or {}).get(stage) or {}
-        declared = [next(iter(m)) if isinstance(m, dict) else m for m in entry.get("metrics") or []]
+    declared = [next(iter(m)) if isinstance(m, dict) else m for m in dvc_stage(stage, path).get("metrics") or []]
     if len(declared) > 1:
         raise StageArgsError(f"{path}: stages.{stage}.metrics lists {len(declared)} files; a stage writes one "
                              "headline file")
