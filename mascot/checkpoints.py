@@ -4,7 +4,8 @@ A training stage (train_rm, train_group_rm, train_grpo, train_director) saves a 
 `checkpoint_steps` steps under `.mascot/checkpoints/<stage>/<key>`, the key a fingerprint of everything that
 shapes the run (the params, the data, the base and reward models' digests, the number of processes). A rerun
 with the same inputs resumes from the last complete checkpoint (transformers' `resume_from_checkpoint`: the
-adapter, the optimizer, the scheduler and the RNG states) and continues the same MLflow run; with other inputs
+adapter, the optimizer, the scheduler and the RNG states, plus the stage's own state: the watch's checks, the
+counts its figures report) and continues the same MLflow run; with other inputs
 it starts over. A preempted job (Slurm, a spot machine, kill -9) loses at most `checkpoint_steps` steps.
 
 transformers writes a checkpoint folder in place, so one cut short by a kill looks like any other: a checkpoint
@@ -25,6 +26,7 @@ from mascot.resume import fingerprint
 CHECKPOINT_ROOT = Path(os.environ.get("MASCOT_CHECKPOINT_DIR", ".mascot/checkpoints"))
 COMPLETE = "mascot_complete.json"
 RUN_FILE = "mlflow_run.json"
+COUNTERS = "mascot_counters.json"
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -78,6 +80,24 @@ def remember_run(directory: Path, run_id: str) -> None:
 def finished(directory: Path) -> None:
     """The run is registered: its checkpoints are no longer needed."""
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def save_counters(folder: Path, counters: dict[str, dict]) -> None:
+    """A stage's running counts (name -> {key: count}) beside a checkpoint, so that a resumed run counts on from
+    them rather than from 0 (a figure counted over the run would otherwise hold only the steps since the resume)."""
+    (Path(folder) / COUNTERS).write_text(json.dumps(counters))
+
+
+def restore_counters(folder: Path, counters: dict[str, dict]) -> bool:
+    """The counts saved with a checkpoint, put back into `counters`' own dicts (the reward functions hold them);
+    False when the checkpoint has none."""
+    saved_file = Path(folder) / COUNTERS
+    if not saved_file.exists():
+        return False
+    saved = json.loads(saved_file.read_text())
+    for name, counts in counters.items():
+        counts.update(saved.get(name, {}))
+    return True
 
 
 def callback(save_extra=None):

@@ -119,6 +119,40 @@ def test_sampling_inside_a_reward_function_leaves_grpos_own_stream_alone(tiny_mo
     assert len(quiet) == 3 * 4 and quiet == sampling  # 3 steps of 2 prompts x 2 completions
 
 
+def test_counts_a_figure_reports_go_on_from_the_checkpoint_a_resumed_run_starts_at(tiny_model_dir, personas,
+                                                                                   tmp_path, monkeypatch):
+    """A count over the run (train_director's `completion_kinds`) held only the steps since a resume: a CPU
+    default run resumed at step 4 of 8 reported 16 completions of 32. Counts handed to train_policy are saved
+    beside each checkpoint and put back on resume, so a run cut at a checkpoint counts what an uncut one does."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    queries, pairs = pairs_and_queries()
+    seen = []
+
+    def run(max_steps: int) -> dict:
+        params = GRPOParams(base_model=str(tiny_model_dir), num_generations=2, prompts_per_step=2,
+                            max_completion_length=4, max_steps=max_steps, checkpoint_steps=2, learning_rate=1e-2,
+                            lora=PolicyLoraParams(r=4, alpha=8))
+        counts = {"completions": 0}  # a fresh process's counter
+
+        def counting(prompts, completions, **_):
+            counts["completions"] += len(completions)
+            seen.extend(completions)
+            return [float(len(c)) for c in completions]
+        with mlflow.start_run():
+            train_policy(grpo_prompts(queries, pairs, personas, params), [counting], [1.0], params,
+                         tmp_path / "policy", tmp_path / "ckpt", counters={"kinds": counts})
+        return counts
+
+    first = run(2)  # stops at the checkpoint of step 2, as a killed run leaves it
+    assert first == {"completions": 2 * 4} and (tmp_path / "ckpt/checkpoint-2/mascot_counters.json").exists()
+    resumed = run(4)  # resumes at step 2 and runs steps 3 and 4
+    assert len(seen) == 4 * 4
+    assert resumed == {"completions": 4 * 4}  # not 2 * 4: the steps before the resume are counted too
+
+
 def test_the_fused_head_projects_only_the_completion_on_the_cpu_with_the_same_logprobs(tiny_model_dir,
                                                                                         monkeypatch):
     import torch

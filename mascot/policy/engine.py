@@ -148,14 +148,25 @@ class EpochSampler(torch.utils.data.Sampler):
 
 def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
                  out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None,
-                 completion_regex: str | None = None) -> dict:
+                 completion_regex: str | None = None, counters: dict[str, dict] | None = None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
-    the columns the reward functions read; `watch` (mascot/policy/watch/) checks the policy as it trains."""
+    the columns the reward functions read; `watch` (mascot/policy/watch/) checks the policy as it trains;
+    `counters` (name -> {key: count}, dicts the reward functions count into) are kept across a resume."""
     stage = (meta or {}).get("stage", "grpo")
+    counters = counters or {}
     resume = checkpoints.last_checkpoint(checkpoint_dir)
-    callbacks = [checkpoints.callback(watch.save_to if watch is not None else None)]
+
+    def save_state(folder: Path) -> None:
+        if watch is not None:
+            watch.save_to(folder)
+        if counters:
+            checkpoints.save_counters(folder, counters)
+
+    callbacks = [checkpoints.callback(save_state)]
     if watch is not None:
         callbacks.append(watch.callback(resume))
+    if resume is not None and counters and checkpoints.restore_counters(resume, counters):
+        print(f"{stage}{rank_tag()}: counts so far restored from {resume}: {counters}", flush=True)
     trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir, callbacks,
                                        completion_regex=completion_regex)
     if resume is not None:
@@ -241,6 +252,7 @@ class PolicyStage:
     watch_plot: str | None = None  # the watch's CSV
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (file, context) logged as MLflow datasets
     completion_regex: str | None = None  # rollouts decode under it (the Director's directive grammar)
+    counters: dict[str, dict] = field(default_factory=dict)  # counts its figures report, kept across a resume
 
 
 def run_policy_stage(params: Params, stage: PolicyStage, rows: list[dict]) -> tuple[dict, object]:
@@ -259,7 +271,7 @@ def run_policy_stage(params: Params, stage: PolicyStage, rows: list[dict]) -> tu
                                       tags.get("reward_model_version"), folder_digest(p.base_model), world_size())
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
         train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt, meta={"stage": name},
-                     completion_regex=stage.completion_regex)
+                     completion_regex=stage.completion_regex, counters=stage.counters)
         return None, None
     registry.abandon_incomplete(p.registered_model)
     exp = registry.experiment_id(stage.experiment, params.mlflow.artifact_root)
@@ -278,7 +290,8 @@ def run_policy_stage(params: Params, stage: PolicyStage, rows: list[dict]) -> tu
                           | {"reward_model": tags["reward_model"], "reward_model_version": tags["reward_model_version"],
                              "prompts": len(rows), "world_size": world_size()})
         result = train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt,
-                              meta={"stage": name}, watch=watch, completion_regex=stage.completion_regex)
+                              meta={"stage": name}, watch=watch, completion_regex=stage.completion_regex,
+                              counters=stage.counters)
         history = result["history"]
         metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": tags["reward_model_version"],
                    "reward_first_step": history[0]["reward"] if history else None,
