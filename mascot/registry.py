@@ -216,7 +216,9 @@ def decide_promotion(new: dict, champion: dict | None, min_accuracy: float,
 
     `bar_on: lower_bound` holds the interval's lower bound to the bar and the baseline, and below `min_n` pairs
     refuses (too few to tell); `point` holds the point estimate, and below `min_n` the reason says that the
-    version was promoted on too few pairs to tell."""
+    version was promoted on too few pairs to tell, and that it did not beat the baseline where it did not (on
+    the CPU default's 6-10 eval pairs that comparison decides nothing, and refusing on it stopped the chain on
+    one machine and not another)."""
     acc = new.get("accuracy")
     if acc is None:
         return False, "no eval pairs to measure accuracy on"
@@ -236,10 +238,14 @@ def decide_promotion(new: dict, champion: dict | None, min_accuracy: float,
     baseline = new.get("length_baseline_accuracy")
     beats = ""
     if beat_length_baseline and baseline is not None:
-        if acc <= baseline:
+        if acc > baseline:
+            beats = f", above the longer-reply-wins baseline {baseline:.4f}"
+        elif few:  # under `point` on a handful of pairs (a tie at 0.5 on 6 is a coin's toss): said, not decided
+            beats = (f", not above the longer-reply-wins baseline {baseline:.4f} on the same pairs (too few to "
+                     "tell whether it learned length)")
+        else:
             return False, (f"eval accuracy {where}{acc:.4f} ({shown}) does not beat the longer-reply-wins baseline "
                            f"{baseline:.4f} on the same pairs: the model may have learned length, not the rubric")
-        beats = f", above the longer-reply-wins baseline {baseline:.4f}"
     few_words = f"; promoted on too few pairs to tell (n {n} < stats.min_n {min_n})" if few else ""
     acc_words = f"eval accuracy {where}{acc:.4f} ({shown})" if n else f"eval accuracy {acc:.4f}"
     if champion is None:

@@ -36,3 +36,15 @@ def test_promotion_requires_beating_the_length_baseline():
     assert not ok and "longer-reply-wins baseline 0.8000" in reason
     assert decide_promotion(new, None, 0.5, beat_length_baseline=False)[0]
     assert decide_promotion({**new, "accuracy": 0.85}, None, 0.5, beat_length_baseline=True)[0]
+
+
+def test_on_too_few_pairs_the_length_baseline_is_said_not_decided_under_a_point_bar():
+    """The CPU default on a bf16 machine: 0.5 on 6 eval pairs against a baseline of 0.5 refused the model, and
+    `dvc repro` stopped at train_grpo; on 6 pairs that comparison cannot tell, as the point bar already says."""
+    tie = {"accuracy": 0.5, "mean_margin": 0.1, "length_baseline_accuracy": 0.5, "pairs": 6,
+           "accuracy_ci_low": 0.5, "accuracy_ci_high": 0.5}
+    ok, reason = decide_promotion(tie, None, 0.5, beat_length_baseline=True, bar_on="point", min_n=10)
+    assert ok and "not above the longer-reply-wins baseline 0.5000" in reason and "too few pairs to tell" in reason
+    # at min_n pairs and more it still refuses; an interval bar refuses below min_n anyway
+    assert not decide_promotion({**tie, "pairs": 10}, None, 0.5, beat_length_baseline=True, min_n=10)[0]
+    assert not decide_promotion(tie, None, 0.5, beat_length_baseline=True, bar_on="lower_bound", min_n=10)[0]
