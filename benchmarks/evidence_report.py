@@ -104,8 +104,10 @@ def speaker_table(evaluate: dict, dimensions: list[str], min_n: int) -> list[str
 
 def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int) -> list[str]:
     """Per condition: the Director's unconstrained parse rate, the collective score (a failed conversation at the
-    floor), each collective dimension; then trained - base and trained - each baseline, paired by conversation."""
-    from mascot.stats import mean_with_ci
+    floor), each collective dimension; then trained - base and trained - each baseline, paired by conversation, each
+    also at equal length (regressed on the difference in the block's agent words, as evaluate_group does)."""
+    from mascot.policy.evaluate_group import block_words
+    from mascot.stats import equal_length_difference, mean_with_ci
 
     conditions = [c for c in ("trained", "base", "random", "round_robin") if c in group]
     lines = ["| condition | conversations | parse rate, unconstrained | parse rate as decoded (valid) | "
@@ -119,24 +121,31 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
                      f"{_fmt(m.get('collective_total_with_failures'))} | " +
                      " | ".join(_fmt(m.get(f"collective_{d}")) for d in dimensions) + " |")
     records = _rows(workdir / "reports/evaluate_group_conversations.jsonl")
-    by = {}
+    by, words = {}, {}
     for r in records:
         scored = (r.get("collective") or {}).get("status") == "scored"
         by.setdefault(r["condition"], {})[r["query_id"]] = r["collective"] if scored else None
-    lines += ["", "| trained minus | figure | difference [95% interval] | n | sign-test p | reading |",
-              "| --- | --- | --- | ---: | ---: | --- |"]
+        words.setdefault(r["condition"], {}).update(block_words([r]))
+    conversation = {q["query_id"]: q.get("conversation_id") or q["query_id"]
+                    for q in _rows(workdir / "data/queries.jsonl")}
+    lines += ["", "| trained minus | figure | difference [95% interval] | n | sign-test p | reading | "
+              "at equal length (block words) [95% interval over conversations] | length-matched [95%], n |",
+              "| --- | --- | --- | ---: | ---: | --- | --- | --- |"]
     if group.get("trained_minus_base_unconstrained_parse_rate"):
         diff, n, p, reading = _comparison(group["trained_minus_base_unconstrained_parse_rate"], min_n)
-        lines.append(f"| base | parse rate, unconstrained (per conversation) | {diff} | {n} | {p} | {reading} |")
+        lines.append(f"| base | parse rate, unconstrained (per conversation) | {diff} | {n} | {p} | {reading} | | |")
     for other in [c for c in conditions if c != "trained"]:
         for key in ["total_reward"] + dimensions:
             common = sorted(q for q in set(by.get("trained", {})) & set(by.get(other, {}))
                             if by["trained"][q] and by[other][q])
             get = (lambda s: s["total_reward"]) if key == "total_reward" else (lambda s, k=key: s["scores"][k])
-            fig = mean_with_ci([get(by["trained"][q]) - get(by[other][q]) for q in common], min_n=min_n)
-            diff, n, p, reading = _comparison(fig, min_n)
+            diffs = [get(by["trained"][q]) - get(by[other][q]) for q in common]
+            lengths = [(words[other].get(q, 0), words["trained"].get(q, 0)) for q in common]
+            eq = equal_length_difference(diffs, [b - a for a, b in lengths],
+                                         [conversation.get(q, q) for q in common], lengths=lengths, min_n=min_n)
+            diff, n, p, reading = _comparison(mean_with_ci(diffs, min_n=min_n), min_n)
             label = "collective total (both valid)" if key == "total_reward" else key
-            lines.append(f"| {other} | {label} | {diff} | {n} | {p} | {reading} |")
+            lines.append(f"| {other} | {label} | {diff} | {n} | {p} | {reading} | {_equal_length_cells(eq)} |")
     return lines
 
 

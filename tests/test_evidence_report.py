@@ -86,6 +86,29 @@ def test_the_director_table_has_each_conditions_free_parse_rate_and_the_paired_c
     assert "| base | parse rate, unconstrained (per conversation) | 0.362 [0.212, 0.512] | 20 | 0.001 | up |" in table
 
 
+def test_the_directors_paired_change_is_also_given_at_equal_block_length(tmp_path):
+    """A trained Director whose blocks score more only by their words: up raw, nothing at equal length."""
+    import json
+
+    report = _report()
+    (tmp_path / "reports").mkdir()
+    rows = []
+    for k in range(24):
+        base_words, extra = 10 + k % 5, 4 * (k % 4)  # the trained block 0-12 words longer, paid 0.1 a word
+        for condition, words in (("base", base_words), ("trained", base_words + extra)):
+            rows.append({"condition": condition, "query_id": f"q{k}",
+                         "turns": [{"role": "user", "text": "hi there"}, {"role": "agent", "text": "w " * words}],
+                         "collective": {"status": "scored", "total_reward": 3.0 + 0.1 * words, "scores": {}}})
+    (tmp_path / "reports/evaluate_group_conversations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    group = {c: {"conversations": 24, "valid_rate": 1.0} for c in ("trained", "base")}
+    line = next(r for r in report.director_table(tmp_path, group, [], 10) if "collective total (both valid)" in r)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:2] == ["base", "collective total (both valid)"]
+    assert cells[2].startswith("0.600 [") and cells[5] == "up"  # raw: 6 words on average, 0.1 each
+    assert abs(float(cells[6].split(" [")[0])) < 1e-3  # at equal length: nothing
+    assert cells[7].endswith(", 6")  # the length-matched subset (within 20%): the 6 of equal length
+
+
 def test_a_stopped_evidence_attempt_is_recorded_and_its_stages_summed_with_the_next(tmp_path):
     """SIGTERM to `make evidence` mid-stage: the attempt's time so far is kept (it was lost before, so a run resumed
     over several attempts under-reported its wall time), and the report sums a resumed stage's parts."""

@@ -288,6 +288,12 @@ def test_a_directors_gain_is_also_given_at_equal_block_length():
     assert fig["mean"] > 0 and fig["equal_length"]["mean"] == 0.0 and fig["equal_length"]["clusters"] == 6
     lines = describe_results({"minus_random_collective_total": {"trained": fig}}, [], 12, 1, 10)
     assert any(line.strip().startswith("at equal length") for line in lines)
+    # the trained Director against the base one (what GRPO did), printed first, also at equal length
+    lines = describe_results({"trained_minus_base_collective_total": fig,
+                              "minus_random_collective_total": {"trained": fig}}, [], 12, 1, 10)
+    said = [line.strip() for line in lines[3:]]
+    assert said[0].startswith("trained - base, collective total with failures, paired:")
+    assert said[1].startswith("at equal length") and said[2].startswith("trained - random")
 
 
 def test_a_condition_is_judged_from_its_records_alone(personas):

@@ -42,7 +42,8 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
                 "chosen_longer_fraction", "ref_gt_off_topic", "ref_gt_off_topic_ci_low", "chosen_prompt_style",
                 "eval_length_baseline_accuracy", "reference_ref_gt_off_topic", "grpo_minus_base",
                 "valid_branches", "invalid_branches", "mean_fidelity", "std_group_coherence", "collective_total",
-                "per_reply_total", "speaker_usage", "minus_random_collective_total", "directive_format_last_step"):
+                "per_reply_total", "speaker_usage", "minus_random_collective_total", "trained_minus_base_collective_total",
+                "directive_format_last_step"):
         assert any(f'"{key}"' in (work / f"reports/figures/{stage}.json").read_text() for stage in ALL_STAGES), key
     by_source = json.loads((work / "reports/figures/prepare.json").read_text())["queries_by_source"]
     assert set(by_source) == {"esconv", "qmsum"}, by_source  # the default corpus is the method's two

@@ -196,7 +196,8 @@ def conversations_table(judged: list[dict], by_q: dict[str, dict]) -> dict[str, 
 
 
 def describe_results(results: dict, conditions: list[str], queries: int, agent_turns: int, min_n: int) -> list[str]:
-    """The comparison as a table, then each condition against the random Director with its interval."""
+    """The comparison as a table, then the trained Director against the base one and each condition against the
+    random one, each with its interval and at equal block length."""
     lines = [f"evaluate_group: {queries} held-out conversations per condition, {agent_turns} agent turns each; "
              f"a failed conversation counts at the floor ({FAILED_CONVERSATION_SCORE}) in 'all'",
              f"  {'condition':<12} {'n':>3} {'valid':>6} {'free':>6} {'failed':>6} {'all':>7} {'valid only':>10} "
@@ -221,8 +222,11 @@ def describe_results(results: dict, conditions: list[str], queries: int, agent_t
             if f"trained_minus_{other}" in fig:
                 lines.append(f"  trained - {other}, planted feature, paired: "
                              f"{describe(fig[f'trained_minus_{other}'], min_n)}")
-    for c, fig in results.get("minus_random_collective_total", {}).items():
-        lines.append(f"  {c} - random, collective total with failures, paired: {describe(fig, min_n)}")
+    paired = [(f"{c} - random", fig) for c, fig in results.get("minus_random_collective_total", {}).items()]
+    if "trained_minus_base_collective_total" in results:
+        paired.insert(0, ("trained - base", results["trained_minus_base_collective_total"]))
+    for label, fig in paired:
+        lines.append(f"  {label}, collective total with failures, paired: {describe(fig, min_n)}")
         if "equal_length" in fig:
             lines.append(f"    at equal length (regressed on the block's word difference): "
                          f"{describe_equal_length(fig['equal_length'], min_n)}")

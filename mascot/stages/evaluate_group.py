@@ -104,8 +104,11 @@ def main(params: Params, *, queries_path: str, episodes_path: str, director_dir:
         results["trained_minus_base_unconstrained_parse_rate"] = free_vs
     if persona:
         results["planted_feature"] = planted_figures(features, persona, params.stats.min_n)
+    conversation = {q["query_id"]: conversation_of(q) for q in queries}
+    if "trained" in totals and "base" in totals:  # what GRPO did to the Director, also at equal block length
+        results["trained_minus_base_collective_total"] = paired_vs(
+            totals["base"], totals["trained"], params.stats.min_n, (words["base"], words["trained"]), conversation)
     if "random" in totals:
-        conversation = {q["query_id"]: conversation_of(q) for q in queries}
         results["minus_random_collective_total"] = {
             c: paired_vs(totals["random"], t, params.stats.min_n, (words["random"], words[c]), conversation)
             for c, t in totals.items() if c != "random"}
