@@ -161,6 +161,15 @@ def verdicts(judge_check: dict, rm: dict, grpo: dict, evaluate: dict) -> list[st
     out.append(("reward model ranks the judge's pairs", ok,
                 f"{_fmt(rm.get('eval_accuracy'))} [{_fmt(rm.get('eval_accuracy_ci_low'))}, "
                 f"{_fmt(rm.get('eval_accuracy_ci_high'))}] on {rm.get('eval_pairs')} eval pairs; length baseline {_fmt(lb)}"))
+    if rm.get("human_pairs") is not None:  # the seekers' held-out pairs: what people prefer, length controlled
+        heq = {k: rm.get(f"human_pairs_equal_length{k}") for k in ("", "_ci_low", "_ci_high", "_extrapolated")}
+        out.append(("reward model agrees with people, at equal length",
+                    (heq["_ci_low"] or 0) > 0.5 and not heq["_extrapolated"],
+                    f"held-out human pairs {_fmt(rm['human_pairs'])} [{_fmt(rm.get('human_pairs_ci_low'))}, "
+                    f"{_fmt(rm.get('human_pairs_ci_high'))}], n {rm.get('human_pairs_n')}; the longer turn wins "
+                    f"{_fmt(rm.get('human_length_baseline'))}; at equal length {_fmt(heq[''])} "
+                    f"[{_fmt(heq['_ci_low'])}, {_fmt(heq['_ci_high'])}]" + (" (extrapolated)" if heq["_extrapolated"]
+                                                                           else "")))
     first, last = grpo.get("reward_first_quarter"), grpo.get("reward_last_quarter")
     out.append(("GRPO's reward rose", first is not None and last is not None and last > first,
                 f"mean reward first quarter {_fmt(first)} -> last quarter {_fmt(last)} over {grpo.get('steps')} steps"))

@@ -36,6 +36,16 @@ def test_the_verdicts_name_the_first_link_that_broke():
         "First link that did not hold: **evaluate: ... and at equal length**."
     flat = {"grpo_minus_base": {"judge_total": {"diff": 0.0, "ci_low": -0.1, "ci_high": 0.1, "n": 45}}}
     assert "evaluate" in report.verdicts(JUDGE, rm_ok, GRPO, flat)[-1]
+    # a reward model that ranks the judge's pairs and agrees with people only as far as length does
+    people = {**rm_ok, "human_pairs": 0.616, "human_pairs_ci_low": 0.5, "human_pairs_ci_high": 0.724,
+              "human_pairs_n": 138, "human_length_baseline": 0.565, "human_pairs_equal_length": 0.556,
+              "human_pairs_equal_length_ci_low": 0.471, "human_pairs_equal_length_ci_high": 0.646,
+              "human_pairs_equal_length_extrapolated": False}
+    lines = report.verdicts(JUDGE, people, GRPO, evaluate)
+    assert lines[-1] == "First link that did not hold: **reward model agrees with people, at equal length**."
+    assert "at equal length 0.556 [0.471, 0.646]" in "\n".join(lines)
+    assert report.verdicts(JUDGE, {**people, "human_pairs_equal_length_ci_low": 0.52}, GRPO, evaluate)[-1] == \
+        "Every link held."
 
 
 def test_the_speaker_table_says_too_few_to_tell_below_min_n():
