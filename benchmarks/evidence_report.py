@@ -107,6 +107,7 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
     floor), each collective dimension; then trained - base and trained - each baseline, paired by conversation, each
     also at equal length (regressed on the difference in the block's agent words, as evaluate_group does)."""
     from mascot.policy.evaluate_group import block_words
+    from mascot.splits import conversation_of
     from mascot.stats import equal_length_difference, mean_with_ci
 
     conditions = [c for c in ("trained", "base", "random", "round_robin") if c in group]
@@ -126,8 +127,7 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
         scored = (r.get("collective") or {}).get("status") == "scored"
         by.setdefault(r["condition"], {})[r["query_id"]] = r["collective"] if scored else None
         words.setdefault(r["condition"], {}).update(block_words([r]))
-    conversation = {q["query_id"]: q.get("conversation_id") or q["query_id"]
-                    for q in _rows(workdir / "data/queries.jsonl")}
+    conversation = {q["query_id"]: conversation_of(q) for q in _rows(workdir / "data/queries.jsonl")}
     lines += ["", "| trained minus | figure | difference [95% interval] | n | sign-test p | reading | "
               "at equal length (block words) [95% interval over conversations] | length-matched [95%], n |",
               "| --- | --- | --- | ---: | ---: | --- | --- | --- |"]
