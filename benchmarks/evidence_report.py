@@ -106,9 +106,8 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
     """Per condition: the Director's unconstrained parse rate, the collective score (a failed conversation at the
     floor), each collective dimension; then trained - base and trained - each baseline, paired by conversation, each
     also at equal length (regressed on the difference in the block's agent words, as evaluate_group does)."""
-    from mascot.policy.evaluate_group import block_words
+    from mascot.policy.evaluate_group import block_words, paired_vs
     from mascot.splits import conversation_of
-    from mascot.stats import equal_length_difference, mean_with_ci
 
     conditions = [c for c in ("trained", "base", "random", "round_robin") if c in group]
     lines = ["| condition | conversations | parse rate, unconstrained | parse rate as decoded (valid) | "
@@ -136,14 +135,12 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
         lines.append(f"| base | parse rate, unconstrained (per conversation) | {diff} | {n} | {p} | {reading} | | |")
     for other in [c for c in conditions if c != "trained"]:
         for key in ["total_reward"] + dimensions:
-            common = sorted(q for q in set(by.get("trained", {})) & set(by.get(other, {}))
-                            if by["trained"][q] and by[other][q])
             get = (lambda s: s["total_reward"]) if key == "total_reward" else (lambda s, k=key: s["scores"][k])
-            diffs = [get(by["trained"][q]) - get(by[other][q]) for q in common]
-            lengths = [(words[other].get(q, 0), words["trained"].get(q, 0)) for q in common]
-            eq = equal_length_difference(diffs, [b - a for a, b in lengths],
-                                         [conversation.get(q, q) for q in common], lengths=lengths, min_n=min_n)
-            diff, n, p, reading = _comparison(mean_with_ci(diffs, min_n=min_n), min_n)
+            both = [q for q in set(by.get("trained", {})) & set(by.get(other, {})) if by["trained"][q] and by[other][q]]
+            fig = paired_vs({q: get(by[other][q]) for q in both}, {q: get(by["trained"][q]) for q in both}, min_n,
+                            (words.get(other, {}), words.get("trained", {})), conversation)
+            eq = fig.pop("equal_length")
+            diff, n, p, reading = _comparison(fig, min_n)
             label = "collective total (both valid)" if key == "total_reward" else key
             lines.append(f"| {other} | {label} | {diff} | {n} | {p} | {reading} | {_equal_length_cells(eq)} |")
     return lines
