@@ -488,7 +488,8 @@ class LengthCalibrationParams(Block):
     degree: int = Field(1, ge=1, le=3)
 
 
-class GRPOParams(LaunchFields):
+class PolicyGRPOParams(LaunchFields):
+    """What the speaker's GRPO (grpo) and the Director's (train_director) share."""
     base_model: str = "models/small"
     registered_model: str = "mascot-speaker"
     reward_alias: str = "champion"
@@ -503,8 +504,6 @@ class GRPOParams(LaunchFields):
     temperature: float = Field(0.9, gt=0)
     reward_weight: float = 1.0
     format_weight: float = 0.5
-    # the reward model's taste for length taken off before GRPO sees its score (speaker only: train_director refuses it)
-    length_calibration: LengthCalibrationParams = LengthCalibrationParams()
     max_prompts: int | None = Field(None, ge=1)
     seed: int = 0
     # a checkpoint every N steps (the adapter, optimizer, scheduler, RNG and the watch's history): a rerun with the
@@ -518,7 +517,14 @@ class GRPOParams(LaunchFields):
     _trainer_args = _trainer_args_check("grpo")
 
 
-class DirectorParams(GRPOParams):
+class GRPOParams(PolicyGRPOParams):
+    # the reward model's taste for length taken off before GRPO sees its score (the speaker's only)
+    length_calibration: LengthCalibrationParams = LengthCalibrationParams()
+
+
+class DirectorParams(PolicyGRPOParams):
+    # no length_calibration: a directive's words are not what the group reward model reads (a rolled-forward
+    # block is), so a fit on them would calibrate the wrong length; the key is refused as unknown here
     base_model: str = "models/small"
     registered_model: str = "mascot-director"
     prompt_style: Literal["transcript", "chat"] = "transcript"
@@ -533,17 +539,6 @@ class DirectorParams(GRPOParams):
     # decodes the trained Director: the policy learns whom to choose and what to ask, not the form (false: it
     # samples freely and its format reward teaches the form; a small random model never finds it)
     constrain_rollouts: bool = False
-    length_calibration: LengthCalibrationParams = LengthCalibrationParams(enabled=False)
-
-    @field_validator("length_calibration")
-    @classmethod
-    def _no_length_calibration(cls, value):
-        # a directive's words are not what the group reward model reads (the rolled-forward block is): a fit on
-        # them would calibrate the wrong length
-        if value.enabled:
-            raise ValueError("length_calibration is for the speaker (grpo.length_calibration); the Director's reward "
-                             "reads a rolled-forward block, not the directive's length: set enabled: false")
-        return value
 
 
 class EvaluateGroupParams(Block):

@@ -98,7 +98,7 @@ def test_a_calibration_without_length_to_fit_says_what_to_change():
         LengthCalibration([24.0] * 10, [0.5] * 10)
 
 
-def test_the_director_refuses_a_length_calibration_by_its_key(repo_root):
+def test_the_director_has_no_length_calibration_and_names_the_key(repo_root):
     import pytest
     import yaml
 

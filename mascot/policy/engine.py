@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from mascot import checkpoints, precision, registry
-from mascot.config import GRPOParams, Params
+from mascot.config import Params, PolicyGRPOParams
 from mascot.io import InputError, write_json
 from mascot.launch import is_main_process, rank_tag, world_size
 from mascot.llm.identity import folder_digest
@@ -28,7 +28,7 @@ from mascot.reward.scorer import RewardScorer
 from mascot.trainer_args import build_config
 
 
-def grpo_config(params: GRPOParams, checkpoint_dir: Path, per_device_batch: int, reward_weights: list[float],
+def grpo_config(params: PolicyGRPOParams, checkpoint_dir: Path, per_device_batch: int, reward_weights: list[float],
                 on_gpu: bool, report_to: tuple[str, ...] = ("mlflow",)):
     """TRL's GRPOConfig from the block, with its trainer_args on top; `report_to` () for a check that logs nowhere."""
     return build_config("grpo", dict(
@@ -81,7 +81,7 @@ def constrain_generation(model, tokenizer, regex: str) -> None:
     model.generate = constrained
 
 
-def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
+def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: PolicyGRPOParams,
                   checkpoint_dir: Path, callbacks: list | None = None, dtype=None,
                   report_to: tuple[str, ...] = ("mlflow",), completion_regex: str | None = None):
     """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
@@ -146,7 +146,7 @@ class EpochSampler(torch.utils.data.Sampler):
         return iter(self.inner)
 
 
-def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: GRPOParams,
+def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: PolicyGRPOParams,
                  out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None,
                  completion_regex: str | None = None, counters: dict[str, dict] | None = None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
@@ -162,11 +162,16 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
         if counters:
             checkpoints.save_counters(folder, counters)
 
-    callbacks = [checkpoints.callback(save_state)]
-    if watch is not None:
-        callbacks.append(watch.callback(resume))
+    # what save_state put beside the checkpoint comes back here, before the trainer starts
+    watch_resumed = resume is not None and watch is not None and watch.load_from(resume)
+    if watch_resumed:
+        print(f"watch: resumed with {len(watch.checks)} checks (steps {[c['step'] for c in watch.checks]}) "
+              f"from {resume}", flush=True)
     if resume is not None and counters and checkpoints.restore_counters(resume, counters):
         print(f"{stage}{rank_tag()}: counts so far restored from {resume}: {counters}", flush=True)
+    callbacks = [checkpoints.callback(save_state)]
+    if watch is not None:
+        callbacks.append(watch.callback(first_check=not watch_resumed))
     trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir, callbacks,
                                        completion_regex=completion_regex)
     if resume is not None:
@@ -238,7 +243,7 @@ class PolicyStage:
     """What one GRPO stage is (the speaker's `train_grpo`, the Director's `train_director`): its name and params
     block, where it is tracked and registered, what rewards it, what watches it, and where its outputs go."""
     name: str  # the stage, and the prefix of its MLflow params ("grpo", "train_director")
-    params: GRPOParams  # its params block (DirectorParams is one too)
+    params: PolicyGRPOParams  # its params block: GRPOParams or DirectorParams
     experiment: str  # the MLflow experiment of its runs
     description: str  # the registered version's description
     reward_funcs: list  # TRL reward functions, weighted by reward_weights

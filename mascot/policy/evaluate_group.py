@@ -115,11 +115,14 @@ def planted_feature(records: list[dict], persona: str) -> dict[str, float]:
             for e in records}
 
 
+def planted_rate(feature: dict[str, float], min_n: int) -> dict:
+    """One condition's rate of the planted feature (mean, interval, n; mean None without conversations)."""
+    return mean_with_ci(list(feature.values()), null=None, min_n=min_n)
+
+
 def planted_figures(features: dict[str, dict[str, float]], persona: str, min_n: int) -> dict:
-    """The planted feature's rate per condition (mean, interval, n) and trained minus base and minus random,
-    paired by conversation."""
-    out = {"persona": persona, "rate": {c: mean_with_ci(list(f.values()), null=None, min_n=min_n)
-                                          for c, f in features.items()}}
+    """The planted feature's rate per condition and trained minus base and minus random, paired by conversation."""
+    out = {"persona": persona, "rate": {c: planted_rate(f, min_n) for c, f in features.items()}}
     for other in ("base", "random"):
         if "trained" in features and other in features:
             out[f"trained_minus_{other}"] = paired_vs(features[other], features["trained"], min_n)

@@ -3,7 +3,6 @@ held-out conversations."""
 from __future__ import annotations
 
 from pathlib import Path
-from statistics import fmean
 
 from mascot.annotate.controls import planted_persona
 from mascot.annotate.episodes import Branch, DirectorPerBranch, Sampling, episode_record, roll_forward
@@ -16,7 +15,8 @@ from mascot.io import load_jsonl, read_json, write_json, write_jsonl
 from mascot.llm.factory import make_backend
 from mascot.policy.evaluate_group import (block_words, build_directors, conversations_table, describe_results,
                                           heldout_conversations, judge_condition, paired_vs, planted_feature,
-                                          planted_figures, trained_minus_base_parse_rate, unconstrained_parse_rates)
+                                          planted_figures, planted_rate, trained_minus_base_parse_rate,
+                                          unconstrained_parse_rates)
 from mascot.splits import conversation_of
 
 
@@ -87,7 +87,7 @@ def main(params: Params, *, queries_path: str, episodes_path: str, director_dir:
                                               prompt_style=style), scorer.score)
         if persona:  # a stage-2 control: the rate of what its judge plants, beside the judge's own figures
             features[condition] = planted_feature(records, persona)
-            metrics["planted_feature_rate"] = round(fmean(features[condition].values()), 4) if records else None
+            metrics["planted_feature_rate"] = planted_rate(features[condition], params.stats.min_n)["mean"]
         if condition in free:
             metrics.update(directive_parse_rate_unconstrained=free[condition]["parse_rate"],
                            unconstrained_invalid_reasons=free[condition]["invalid_reasons"])

@@ -112,20 +112,17 @@ class Watch:
             self.best = (*state["best"], load_file(str(Path(folder) / self.BEST_FILE)))
         return True
 
-    def callback(self, resumed_from: Path | None = None):
-        """The watch inside TRL's trainer; `resumed_from`: the checkpoint a resumed run starts at, whose history the
-        watch goes on with (no second step-0 check)."""
+    def callback(self, first_check: bool = True):
+        """The watch inside TRL's trainer; `first_check` False for a run resumed with its history (`load_from`):
+        no second step-0 check."""
         from transformers import TrainerCallback
 
         watch = self
 
         class WatchCallback(TrainerCallback):
             def on_train_begin(self, args, state, control, model=None, processing_class=None, **kw):
-                if resumed_from is not None and watch.load_from(resumed_from):
-                    print(f"watch: resumed with {len(watch.checks)} checks (steps "
-                          f"{[c['step'] for c in watch.checks]}) from {resumed_from}", flush=True)
-                    return
-                watch.check(model, processing_class, 0)
+                if first_check:
+                    watch.check(model, processing_class, 0)
 
             def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
                 last = state.global_step >= state.max_steps
