@@ -2,7 +2,10 @@
 
 Positive: a programmatic judge prefers replies with a digit (the tiny speaker writes one in about a seventh of its
 replies); the chain must recover it: the pairs, the reward model, GRPO on held-out probes. Negative: a judge of seeded noise; the chain must say it found nothing.
-Each chain is `mascot profile tiny controls control-<kind>` in a fresh git + DVC repo (about 7 minutes each)."""
+Length: the judge pays the digit and every word; GRPO with the length lever off must buy words and be told so, with
+it on must raise the digit and not the words.
+Each chain is `mascot profile tiny controls control-<kind>` in a fresh git + DVC repo (about 7 minutes each; the
+length control's about 20, its reward model Gemma-3-270m)."""
 import json
 import re
 import subprocess
@@ -138,6 +141,48 @@ def test_negative_control_watch_does_not_call_noise_improving(negative):
     sh("dvc repro train_grpo", work, env)
     grpo = _metrics(work, "train_grpo")
     assert grpo["watch_n"] >= 10 and grpo["watch_verdict"] != "improving"
+
+
+# The length control: the judge pays the digit and every word (profiles/control-length.yaml); one chain through
+# promote, then GRPO and evaluate twice against its champion, the length lever off and then on
+@pytest.fixture(scope="module")
+def length(repo_root, tmp_path_factory):
+    work, env = _repo(repo_root, tmp_path_factory, "length")
+    runs = {}
+    for levers, enabled in (("off", False), ("on", True)):
+        _set_params(work, {"grpo": {"length_calibration": {"enabled": enabled}}})
+        sh("dvc repro evaluate", work, env)
+        runs[levers] = {name: _metrics(work, name) for name in ("train_grpo", "evaluate")}
+    return work, runs
+
+
+def test_length_control_reward_model_learns_the_feature_and_the_words(length):
+    work, _ = length
+    rm = _metrics(work, "train_rm")
+    assert rm["eval_score_length_pearson"] > 0.3  # it pays words, as the judge does
+    # and the digit beside them: above chance at equal length (0.76 [0.68, ...] on 293 pairs, 2026-12-06)
+    assert rm["eval_accuracy_equal_length_ci_low"] > 0.5 and not rm["eval_accuracy_equal_length_extrapolated"], rm
+    assert _metrics(work, "promote")["promoted"]
+
+
+def test_length_control_levers_off_the_policy_buys_words_and_evaluate_says_length(length):
+    _, runs = length
+    gain = runs["off"]["evaluate"]["grpo_minus_base"]
+    assert gain["reply_words"]["n"] >= 10 and gain["reply_words"]["ci_low"] > 0, gain["reply_words"]
+    assert runs["off"]["evaluate"]["judge_gain_is"] == "length", gain["judge_total"]
+    assert "length_calibration_active" not in runs["off"]["train_grpo"]  # the lever was off: no fit made
+
+
+def test_length_control_levers_on_the_feature_rises_and_the_words_do_not(length):
+    _, runs = length
+    grpo, gain = runs["on"]["train_grpo"], runs["on"]["evaluate"]["grpo_minus_base"]
+    assert grpo["length_calibration_active"] is True and grpo["length_calibration_slope_per_word"] > 0
+    assert gain["planted_feature"]["n"] >= 10 and gain["planted_feature"]["ci_low"] > 0, gain["planted_feature"]
+    # the stated bound: not one word longer than the base policy (the interval's top)
+    assert gain["reply_words"]["ci_high"] < 1.0, gain["reply_words"]
+    equal = gain["judge_total"]["equal_length"]
+    assert equal["ci_low"] > 0 and not equal["extrapolated"], equal
+    assert runs["on"]["evaluate"]["judge_gain_is"] == "gain"
 
 
 # Stage 2's controls: each continues its stage-1 chain's repo (stage 1's outputs stay cached; only the stage-2
