@@ -5,7 +5,7 @@ replies); the chain must recover it: the pairs, the reward model, GRPO on held-o
 Length: the judge pays the digit and every word; GRPO with the length lever off must buy words and be told so, with
 it on must raise the digit and not the words.
 Each chain is `mascot profile tiny controls control-<kind>` in a fresh git + DVC repo (about 7 minutes each; the
-length control's about 20, its reward model Gemma-3-270m)."""
+length control's about 18, its reward model Gemma-3-270m)."""
 import json
 import re
 import subprocess
