@@ -134,9 +134,9 @@ def director_table(workdir: Path, group: dict, dimensions: list[str], min_n: int
         diff, n, p, reading = _comparison(group["trained_minus_base_unconstrained_parse_rate"], min_n)
         lines.append(f"| base | parse rate, unconstrained (per conversation) | {diff} | {n} | {p} | {reading} | | |")
     for other in [c for c in conditions if c != "trained"]:
+        both = [q for q in set(by.get("trained", {})) & set(by.get(other, {})) if by["trained"][q] and by[other][q]]
         for key in ["total_reward"] + dimensions:
             get = (lambda s: s["total_reward"]) if key == "total_reward" else (lambda s, k=key: s["scores"][k])
-            both = [q for q in set(by.get("trained", {})) & set(by.get(other, {})) if by["trained"][q] and by[other][q]]
             fig = paired_vs({q: get(by[other][q]) for q in both}, {q: get(by["trained"][q]) for q in both}, min_n,
                             (words.get(other, {}), words.get("trained", {})), conversation)
             eq = fig.pop("equal_length")

@@ -120,9 +120,12 @@ def planted_rate(feature: dict[str, float], min_n: int) -> dict:
     return mean_with_ci(list(feature.values()), null=None, min_n=min_n)
 
 
-def planted_figures(features: dict[str, dict[str, float]], persona: str, min_n: int) -> dict:
-    """The planted feature's rate per condition and trained minus base and minus random, paired by conversation."""
-    out = {"persona": persona, "rate": {c: planted_rate(f, min_n) for c, f in features.items()}}
+def planted_figures(features: dict[str, dict[str, float]], persona: str, min_n: int,
+                    rates: dict[str, dict] | None = None) -> dict:
+    """The planted feature's rate per condition (`rates`: those already measured, by planted_rate) and trained minus
+    base and minus random, paired by conversation."""
+    rates = rates or {}
+    out = {"persona": persona, "rate": {c: rates.get(c) or planted_rate(f, min_n) for c, f in features.items()}}
     for other in ("base", "random"):
         if "trained" in features and other in features:
             out[f"trained_minus_{other}"] = paired_vs(features[other], features["trained"], min_n)

@@ -75,7 +75,7 @@ def main(params: Params, *, queries_path: str, episodes_path: str, director_dir:
     free = (unconstrained_parse_rates(directors, queries, p.unconstrained_samples, d.temperature)
             if p.measure_unconstrained else {})
     rubrics = (BLOCK.rubric(params), REPLY.rubric(params))
-    results, records_all, totals, words, features = {}, [], {}, {}, {}
+    results, records_all, totals, words, features, rates = {}, [], {}, {}, {}, {}
     persona = planted_persona(scorer_for(params, BLOCK.score_block))
     for condition in p.conditions:
         records = [episode_record(b, by_q[b.query_id].get("source"), {"director": directors[condition].name,
@@ -87,7 +87,8 @@ def main(params: Params, *, queries_path: str, episodes_path: str, director_dir:
                                               prompt_style=style), scorer.score)
         if persona:  # a stage-2 control: the rate of what its judge plants, beside the judge's own figures
             features[condition] = planted_feature(records, persona)
-            metrics["planted_feature_rate"] = planted_rate(features[condition], params.stats.min_n)["mean"]
+            rates[condition] = planted_rate(features[condition], params.stats.min_n)
+            metrics["planted_feature_rate"] = rates[condition]["mean"]
         if condition in free:
             metrics.update(directive_parse_rate_unconstrained=free[condition]["parse_rate"],
                            unconstrained_invalid_reasons=free[condition]["invalid_reasons"])
@@ -103,7 +104,7 @@ def main(params: Params, *, queries_path: str, episodes_path: str, director_dir:
     if (free_vs := trained_minus_base_parse_rate(free, params.stats.min_n)) is not None:
         results["trained_minus_base_unconstrained_parse_rate"] = free_vs
     if persona:
-        results["planted_feature"] = planted_figures(features, persona, params.stats.min_n)
+        results["planted_feature"] = planted_figures(features, persona, params.stats.min_n, rates)
     conversation = {q["query_id"]: conversation_of(q) for q in queries}
     if "trained" in totals and "base" in totals:  # what GRPO did to the Director, also at equal block length
         results["trained_minus_base_collective_total"] = paired_vs(
