@@ -86,6 +86,9 @@ class BaseModelParams(Block):
     # the tiny model's weight initialisation (std); None: Qwen3's 0.02, whose near-uniform next-token
     # distribution no fine-tuning moves far (docs/controls.md); the controls use a larger one
     tiny_init_std: float | None = Field(None, gt=0, le=2)
+    # keep only the model's first N decoder layers (null: all): the same pretrained trunk, shallower and about
+    # layers/N times faster; the length control's reward model (profiles/control-length.yaml)
+    keep_layers: int | None = Field(None, ge=1)
     seed: int = 0
 
     @model_validator(mode="after")

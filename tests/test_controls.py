@@ -5,7 +5,7 @@ replies); the chain must recover it: the pairs, the reward model, GRPO on held-o
 Length: the judge pays the digit and every word; GRPO with the length lever off must buy words and be told so, with
 it on must raise the digit and not the words.
 Each chain is `mascot profile tiny controls control-<kind>` in a fresh git + DVC repo (about 7 minutes each; the
-length control's about 18, its reward model Gemma-3-270m)."""
+length control's about 9, its reward model Gemma-3-270m's first 6 layers)."""
 import json
 import re
 import subprocess
@@ -160,7 +160,7 @@ def test_length_control_reward_model_learns_the_feature_and_the_words(length):
     work, _ = length
     rm = _metrics(work, "train_rm")
     assert rm["eval_score_length_pearson"] > 0.3  # it pays words, as the judge does
-    # and the digit beside them: above chance at equal length (0.76 [0.68, ...] on 293 pairs, 2026-12-06)
+    # and the digit beside them: above chance at equal length (0.68 [0.59, 0.76] on 297 pairs, 2026-12-06)
     assert rm["eval_accuracy_equal_length_ci_low"] > 0.5 and not rm["eval_accuracy_equal_length_extrapolated"], rm
     assert _metrics(work, "promote")["promoted"]
 

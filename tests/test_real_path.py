@@ -198,3 +198,26 @@ def test_unknown_or_owned_trainer_args_are_refused_with_their_names(repo_root):
     assert "train_rm.trainer_args" in message and "'bf16x' is not a field of TRL's RewardConfig (did you mean 'bf16'?)" in message
     assert "'learning_rate' has its own key in this block: set learning_rate" in message
     assert "train_director.trainer_args" in message and "did you mean 'use_vllm'?" in message
+
+
+def test_keep_layers_keeps_the_first_layers_weights_and_refuses_a_depth_the_model_lacks(tiny_model_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file
+    import torch
+    from transformers import AutoConfig
+
+    from mascot.llm.base_model import HubError, keep_first_layers
+
+    shallow = tmp_path / "shallow"
+    shutil.copytree(tiny_model_dir, shallow)
+    assert keep_first_layers(shallow, 1, "small_model") == 2
+    config = AutoConfig.from_pretrained(shallow)
+    assert config.num_hidden_layers == 1 and len(config.layer_types) == 1
+    before, after = load_file(tiny_model_dir / "model.safetensors"), load_file(shallow / "model.safetensors")
+    assert not any(".layers.1." in k for k in after)
+    kept = [k for k in before if ".layers.1." not in k]
+    assert sorted(after) == sorted(kept)
+    assert all(torch.equal(before[k], after[k]) for k in kept)  # the first layer, the embeddings, the norm as they were
+    with pytest.raises(HubError, match=r"small_model.keep_layers: 1, but the model has 1 layers"):
+        keep_first_layers(shallow, 1, "small_model")

@@ -271,6 +271,26 @@ def build_tiny_model(out_dir: Path, corpus_lines: list[str], hidden_size: int = 
     fast.save_pretrained(out_dir)
 
 
+def keep_first_layers(folder: Path, keep: int, key: str = "base_model") -> int:
+    """Rewrite the model in `folder` with only its first `keep` decoder layers (the embeddings, the final norm and
+    the head stay); returns how many it had."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    layers = config.num_hidden_layers
+    if not keep < layers:
+        raise HubError(f"{key}.keep_layers: {keep}, but the model has {layers} layers; keep fewer, or null for all")
+    shallow = {"num_hidden_layers": keep}
+    if getattr(config, "layer_types", None):  # per-layer attention kinds (Gemma 3, Qwen 3): the first `keep`
+        shallow["layer_types"] = config.layer_types[:keep]
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **shallow)
+    for old in folder.glob("model*.safetensors*"):
+        old.unlink()
+    model.save_pretrained(folder)
+    return layers
+
+
 def run_base_model(params: BaseModelParams, corpus_lines: list[str], key: str = "base_model") -> dict:
     """Build the model folder; returns what it is and where it came from (also written as mascot_source.json)."""
     out_dir = Path(params.out_dir)
@@ -301,6 +321,9 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str], key: str = 
         AutoModelForCausalLM.from_pretrained(params.path).save_pretrained(staging)
         AutoTokenizer.from_pretrained(params.path).save_pretrained(staging)
         record["path"] = str(params.path)
+    if params.keep_layers is not None:
+        record.update(keep_layers=params.keep_layers,
+                      source_layers=keep_first_layers(staging, params.keep_layers, key))
     check_bos(staging)
     (staging / "mascot_source.json").write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
