@@ -285,7 +285,7 @@ def keep_first_layers(folder: Path, keep: int, key: str = "base_model") -> int:
     if getattr(config, "layer_types", None):  # per-layer attention kinds (Gemma 3, Qwen 3): the first `keep`
         shallow["layer_types"] = config.layer_types[:keep]
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **shallow)
-    for old in folder.glob("model*.safetensors*"):
+    for old in [*folder.glob("model*.safetensors*"), *folder.glob("pytorch_model*.bin*")]:  # a hub folder's too
         old.unlink()
     model.save_pretrained(folder)
     return layers
