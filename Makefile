@@ -32,13 +32,20 @@ baseline:
 	git tag -f mascot-baseline
 	@echo "baseline: commit $$(git rev-parse --short HEAD), tag mascot-baseline; compare with: dvc metrics diff mascot-baseline"
 
+# Two test processes on two cores (pytest-xdist): a chain a session fixture builds runs on one of them with the
+# tests that share it (tests/conftest.py), everything else wherever a worker is free. One thread per torch
+# process, so that two never wait on each other's spinning threads. TEST_WORKERS=1 runs the suite in one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+TEST_ENV := $(if $(XDIST),OMP_NUM_THREADS=1 MKL_NUM_THREADS=1)
+
 test: setup vllm-env stack-deps
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(TEST_ENV) $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The loop while you work: unit tests on tiny models and stand-in servers (no pipeline copy, no real server, no
 # team stack: everything not marked integration), a few minutes on 2 cores. `make test` runs everything; CI calls it.
 test-fast: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(TEST_ENV) $(BIN)/python -m pytest -m "not integration" $(XDIST) $(PYTEST_ARGS)
 
 # Everything in a random order (pytest-randomly, off otherwise): every test must pass in any order and alone.
 # The seed is printed in the header; `make test-shuffled SEED=1206` replays that order.

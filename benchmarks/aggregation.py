@@ -95,13 +95,13 @@ def train_and_measure(params, sets: dict[str, list[dict]], personas: dict, work:
     adapter already trained under `work` is reused (resume)."""
     from mascot.checkpoints import checkpoint_dir
     from mascot.promote import measure
-    from mascot.reward.evaluation import held_out_human, human_set_metrics
+    from mascot.reward.evaluation import untrained_human, human_set_metrics
     from mascot.stage_args import dvc_cmd_options
     from mascot.reward.scorer import RewardScorer
     from mascot.reward.train import train_reward_model
 
     files = dvc_cmd_options("train_rm")  # the human set and the judge's scores of it, as the stage reads them
-    human = held_out_human(params, files["human_items_path"], files.get("human_scores_path"))
+    human = untrained_human(params, files["human_items_path"], files.get("human_scores_path"))
     for aggregate, pairs in sets.items():
         # keyed on the pairs and the training block, as a stage's checkpoints are: other inputs train afresh
         run = checkpoint_dir(aggregate, pairs, params.train_rm.model_dump(), root=work)

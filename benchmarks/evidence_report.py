@@ -162,7 +162,7 @@ def verdicts(judge_check: dict, rm: dict, grpo: dict, evaluate: dict) -> list[st
         heq = {k: rm.get(f"human_pairs_equal_length{k}") for k in ("", "_ci_low", "_ci_high", "_extrapolated")}
         out.append(("reward model agrees with people, at equal length",
                     (heq["_ci_low"] or 0) > 0.5 and not heq["_extrapolated"],
-                    f"held-out human pairs {_fmt(rm['human_pairs'])} [{_fmt(rm.get('human_pairs_ci_low'))}, "
+                    f"untrained human pairs {_fmt(rm['human_pairs'])} [{_fmt(rm.get('human_pairs_ci_low'))}, "
                     f"{_fmt(rm.get('human_pairs_ci_high'))}], n {rm.get('human_pairs_n')}; the longer turn wins "
                     f"{_fmt(rm.get('human_length_baseline'))}; at equal length {_fmt(heq[''])} "
                     f"[{_fmt(heq['_ci_low'])}, {_fmt(heq['_ci_high'])}]" + (" (extrapolated)" if heq["_extrapolated"]
@@ -209,6 +209,45 @@ def collective_judge_lines(jcg: dict) -> list[str]:
         lines.append(f"- the collective judge tells a human block from {' and '.join(told)} (interval above 0.5, n {n})"
                      + (f"; not from {' or '.join(untold)}: what stage 2 learns of those rests on chance" if untold else ""))
     return lines
+
+
+def survey_table(collective: dict, group_rm: dict, min_n: int) -> list[str]:
+    """Stage 2 against people: the collective judge (judge_check_group's chosen run) and the group reward model
+    (train_group_rm, on the same human blocks) against the seekers' survey of each conversation: Spearman and the
+    pair figure (of two conversations whose survey differs by the gap, the better-rated one scored higher), each with
+    its interval over conversations and n."""
+    from mascot.annotate.reference_set import SURVEY_KEYS
+    from mascot.stats import TOO_FEW
+
+    judge = collective  # the chosen format's figures are the check's own (its other formats under by_prompt_style)
+    lines = ["| scorer | survey key | Spearman [95%] | n conversations | better-rated scored higher [95%] | n pairs |",
+             "| --- | --- | --- | ---: | --- | ---: |"]
+    for label, flat, prefix in (("collective judge", judge, "survey"), ("group reward model", group_rm,
+                                                                          "reference_survey")):
+        for key in SURVEY_KEYS:
+            n = flat.get(f"{prefix}_{key}_n")
+            if not n:
+                continue
+            few = f" ({TOO_FEW})" if n < min_n else ""
+            lines.append(f"| {label} | {key} | {_fmt(flat.get(f'{prefix}_{key}_spearman'))} "
+                         f"[{_fmt(flat.get(f'{prefix}_{key}_spearman_ci_low'))}, "
+                         f"{_fmt(flat.get(f'{prefix}_{key}_spearman_ci_high'))}]{few} | {n} | "
+                         f"{_fmt(flat.get(f'{prefix}_{key}_pairs'))} [{_fmt(flat.get(f'{prefix}_{key}_pairs_ci_low'))}, "
+                         f"{_fmt(flat.get(f'{prefix}_{key}_pairs_ci_high'))}] | {flat.get(f'{prefix}_{key}_pairs_n')} |")
+    return lines if len(lines) > 2 else ["- not measured (no surveyed conversation among the reference items)"]
+
+
+def group_data_lines(pairs_group: dict, group_rm: dict, promote_group: dict) -> list[str]:
+    """Stage 2's block pairs and the group reward model beside "the longer block wins", raw and at equal length."""
+    return [f"- block pairs: {pairs_group.get('pairs')} ({pairs_group.get('train_pairs')} train, "
+            f"{pairs_group.get('eval_pairs')} eval); the chosen block is the longer in "
+            f"{_fmt(pairs_group.get('chosen_longer_fraction'))} (before length balancing "
+            f"{_fmt(pairs_group.get('chosen_longer_fraction_before_balance'))})",
+            f"- group reward model: {_interval(group_rm, 'eval_accuracy')} on {group_rm.get('eval_pairs')} eval pairs; "
+            f"the longer block wins {_fmt(group_rm.get('eval_length_baseline_accuracy'))}; at equal length "
+            f"{_length_controlled(group_rm, 'eval_accuracy')}; where the chosen block is not longer "
+            f"{_fmt(group_rm.get('eval_accuracy_not_longer'))} ({group_rm.get('eval_not_longer_pairs')} pairs)",
+            f"- promote_group: {promote_group.get('promoted')} ({promote_group.get('reason')})"]
 
 
 def times_table(attempts: list[dict]) -> list[str]:
@@ -269,7 +308,7 @@ def write_report(workdir: Path, attempts: list[dict] | None = None) -> Path:
            f"{_fmt(rm.get('eval_accuracy_not_longer'))} ({rm.get('eval_not_longer_pairs')} pairs)",
            f"- speaker reward model at equal length (judge's eval pairs): {_length_controlled(rm, 'eval_accuracy')}; "
            f"Pearson of its score with reply words on the eval candidates {_fmt(rm.get('eval_score_length_pearson'))}",
-           f"- on held-out human pairs: {_interval(rm, 'human_pairs')}; the longer turn wins "
+           f"- on the seekers' pairs of conversations it never trained on: {_interval(rm, 'human_pairs')}; the longer turn wins "
            f"{_interval(rm, 'human_length_baseline')}; at equal length {_length_controlled(rm, 'human_pairs')}; "
            f"where the preferred turn is not the longer {_interval(rm, 'human_pairs_controlled')}",
            f"- what `evaluate` calls the gains: the judge's {evaluate.get('judge_gain_is')}, the reward model's "
@@ -285,6 +324,9 @@ def write_report(workdir: Path, attempts: list[dict] | None = None) -> Path:
            f"- Director: {director.get('steps')} steps; directive format {director.get('directive_format_first_step')} -> "
            f"{director.get('directive_format_last_step')}; watch: **{director.get('watch_verdict')}** "
            f"({director.get('watch_why')})", "",
+           "## Stage 2's data and its reward model", "",
+           *group_data_lines(_load(workdir, "pairs_group"), group_rm, _load(workdir, "promote_group")), "",
+           "## Stage 2 against people: the seekers' survey", "", *survey_table(collective_judge, group_rm, min_n), "",
            "## The Director: trained vs base vs random vs round-robin (evaluate_group)", "",
            *director_table(workdir, group, group_dims, min_n), "",
            "## Stage times", "", *times_table(attempts), ""]

@@ -129,6 +129,9 @@ def main() -> None:
     parser.add_argument("--conditions", default="judge,human,both:1,both:2,worst")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default="reports/bench/human_kfold", help="per-fold scores and models (resume)")
+    parser.add_argument("--paired", action="append", default=[], metavar="A-B",
+                        help="also each pair's win under condition A minus under B, on the same pairs (e.g. "
+                             "both:1-judge), raw and at equal length, interval over conversations")
     args = parser.parse_args()
     conditions = args.conditions.split(",")
     for c in conditions:
@@ -140,7 +143,7 @@ def main() -> None:
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     from mascot.config import load_params
-    from mascot.data.human_ratings import human_pairs
+    from mascot.data.human_ratings import human_pairs, paired_difference
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
     from mascot.pairs import human_pair_rows
@@ -185,6 +188,12 @@ def main() -> None:
     (work / "table.json").write_text(json.dumps(rows, indent=2))
     for row in rows:
         print(describe(row), flush=True)
+    for pair in args.paired:
+        a, _, b = pair.partition("-")
+        diff = paired_difference(items, scores[b], scores[a], min_gap, params.stats.min_n)
+        raw, eq = diff["raw"], diff["equal_length"]
+        print(f"{a} - {b}, paired on the same pairs: {raw['mean']} [{raw['ci_low']}, {raw['ci_high']}] n {raw['n']}; "
+              f"at equal length {eq.get('mean')} [{eq.get('ci_low')}, {eq.get('ci_high')}]", flush=True)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def main() -> None:
     from mascot.data.personas import load_personas
     from mascot.io import load_jsonl
     from mascot.pairs import build_human_pairs
-    from mascot.reward.evaluation import held_out_human
+    from mascot.reward.evaluation import untrained_human
     from mascot.stage_args import dvc_cmd_options
     from mascot.reward.train import train_reward_model
 
@@ -63,7 +63,7 @@ def main() -> None:
     human_train = build_human_pairs(load_jsonl("data/human/items.jsonl"), personas, params.human.min_gap,
                                     params.pairs, params.heldout)
     files = dvc_cmd_options("train_rm")  # the human set and the judge's scores of it, as the stage reads them
-    human = held_out_human(params, files["human_items_path"], files.get("human_scores_path"))
+    human = untrained_human(params, files["human_items_path"], files.get("human_scores_path"))
     sets = training_sets(judge_train, human_train, args.seed)
     print(f"judge train pairs {len(judge_train)}, judge eval pairs {len(judge_eval)}, human train pairs "
           f"{len(human_train)}; held-out human items {len(human.items)} (judge scores on {len(human.judge_scores)})")

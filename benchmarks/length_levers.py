@@ -68,12 +68,12 @@ def reward_model_sets(params, personas) -> dict[str, list[dict]]:
 def train_reward_models(params, personas, work: Path, report: dict, report_path: str) -> None:
     from mascot.checkpoints import checkpoint_dir
     from mascot.io import write_json
-    from mascot.reward.evaluation import held_out_human
+    from mascot.reward.evaluation import untrained_human
     from mascot.stage_args import dvc_cmd_options
     from mascot.reward.train import train_reward_model
 
     files = dvc_cmd_options("train_rm")  # the human set and the judge's scores of it, as the stage reads them
-    human = held_out_human(params, files["human_items_path"], files.get("human_scores_path"))
+    human = untrained_human(params, files["human_items_path"], files.get("human_scores_path"))
     report.setdefault("reward_models", {})
     for set_name, pairs in reward_model_sets(params, personas).items():
         for odin in (False, True):

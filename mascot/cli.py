@@ -194,8 +194,9 @@ def run_command(args, argv: list[str], parser: argparse.ArgumentParser) -> int:
         elif args.version:
             if not args.reason:
                 parser.error("promote --version needs --reason (it is recorded on the version)")
-            promote_mod.promote_by_hand(params, args.version, args.alias or params.promote.alias, args.reason,
-                                        args.model)
+            group = args.model is not None and args.model == params.train_group_rm.registered_model
+            default_alias = (params.promote_group if group else params.promote).alias
+            promote_mod.promote_by_hand(params, args.version, args.alias or default_alias, args.reason, args.model)
         else:
             files = stage_files(promote_mod.main, "promote", args.files)
             promote_mod.main(params, **files)

@@ -113,6 +113,9 @@ class SourceSpec(Block):
     path: str
     limit: int | None = Field(None, ge=1)  # dialogues read from this source at most
     max_queries: int | None = Field(None, ge=1)  # queries sampled from this source at most (seeded)
+    # true: every conversation of this source is held out (a corpus's own validation split, e.g. the hub's ESConv
+    # valid.jsonl); false: none is; null: each conversation by the hash rule (heldout.fraction; mascot/splits.py)
+    heldout: bool | None = None
 
 
 class PrepareParams(Block):
@@ -178,11 +181,11 @@ class LLMParams(Block):
 
 
 class GenerateParams(Block):
-    num_agents_per_query: int = Field(4, ge=1)
+    num_agents_per_query: int = Field(3, ge=1)
     prompt_style: Literal["transcript", "chat"] = "chat"
     temperature: float = Field(0.9, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(56, ge=1)
+    max_tokens: int = Field(48, ge=1)
     seed: int = 1234
     # true: held-out queries get no candidates (no stage ever pairs them), which saves their judging in `score`
     skip_heldout: bool = False
@@ -190,8 +193,8 @@ class GenerateParams(Block):
 
 class EpisodesParams(Block):
     max_queries: int | None = Field(6, ge=1)  # prefixes (queries) that get episodes; the rest are held out
-    branches: int = Field(4, ge=2)  # K: directives sampled at the branch point
-    agent_turns: int = Field(2, ge=1)  # N: agent turns each branch rolls forward
+    branches: int = Field(3, ge=2)  # K: directives sampled at the branch point
+    agent_turns: int = Field(1, ge=1)  # N: agent turns each branch rolls forward
     user_turns: bool = False  # a simulated user turn (same LLM, user role) between agent turns
     # llm: the Director model writes each directive; random / round_robin: a scripted order with a generic
     # directive (the ablations; and the tiny profile, whose random-weight model cannot write a directive)
@@ -201,7 +204,7 @@ class EpisodesParams(Block):
     # and names a known agent by construction; measure_unconstrained also samples the branch points freely and
     # reports that parse rate beside it (reports/figures/episodes.json)
     constrain_directives: bool = True
-    measure_unconstrained: bool = True
+    measure_unconstrained: bool = False
     director_temperature: float = Field(1.0, ge=0)
     director_max_tokens: int = Field(48, ge=8)
     temperature: float = Field(0.9, ge=0)  # speakers and the simulated user
@@ -249,8 +252,8 @@ class ScoreParams(Block):
 
 
 class JudgeCheckParams(Block):
-    dialogue_items: int = Field(16, ge=0)  # ESConv-like items: reference vs off-topic vs cold (+ length probe)
-    qa_items: int = Field(4, ge=0)  # QMSum items: gold answer vs another meeting's answer
+    dialogue_items: int = Field(8, ge=0)  # ESConv-like items: reference vs off-topic vs cold (+ length probe)
+    qa_items: int = Field(2, ge=0)  # QMSum items: gold answer vs another meeting's answer
     # formats measured when score.prompt_style is auto (otherwise only the configured one)
     prompt_styles: list[Literal["plain", "chat"]] = Field(["plain", "chat"], min_length=1)
     # judge modes measured (default: score.mode); both give their agreement
@@ -278,8 +281,13 @@ class ScoreGroupParams(Block):
 class JudgeCheckGroupParams(Block):
     """The collective judge's reference set: ESConv blocks (the supporter's actual next turns) against the same
     turns as an echo chamber, turns from another conversation, and the turns said twice."""
-    items: int = Field(12, ge=0)
+    items: int = Field(3, ge=0)
     turns: int = Field(3, ge=2)  # turns per block (at least two companion turns, so that one can echo another)
+    # the survey set: this many more conversations that carry the seeker's survey (ESConv's empathy, relevance and
+    # emotion intensity before and after), their human block alone, where the judge and the group reward model are
+    # held to the survey (mascot/annotate/survey.py); 0: the reference items' own surveys only
+    survey_items: int = Field(0, ge=0)
+    survey_min_gap: float = Field(2, gt=0)  # two conversations whose survey differs by this much form a pair
     seed: int = 0
 
 
@@ -395,15 +403,21 @@ class TrainRMParams(LaunchFields):
     batch_size: int = Field(4, ge=1)
     gradient_accumulation_steps: int = Field(1, ge=1)
     learning_rate: float = Field(2e-4, ge=0)
-    epochs: float = Field(2, gt=0)
+    epochs: float = Field(1, gt=0)
     max_length: int = Field(512, ge=32)
-    eval_steps: int = Field(5, ge=1)
+    eval_steps: int = Field(25, ge=1)  # the trainer's eval curve (dvc plots): the stage measures its eval pairs after
     # a checkpoint every N steps under .mascot/checkpoints/<stage>/<key of the inputs>: a rerun with the same
     # inputs resumes from the last one (mascot/checkpoints.py)
     checkpoint_steps: int = Field(10, ge=1)
     save_total_limit: int = Field(3, ge=1)
     use_margin: bool = False  # TRL's margin loss: -logsigmoid(r_c - r_r - margin)
     length_head: LengthHeadParams = LengthHeadParams()  # ODIN: a length head beside the quality head
+    # the reward model reads at most the base's first N decoder layers (null: all): the same pretrained trunk,
+    # shallower, and about layers/N times faster to train and to score wherever it scores (promote, GRPO's reward,
+    # the watch, the evaluations); the adapter's meta records N and every load takes the same N
+    keep_layers: int | None = Field(6, ge=1)
+    # batches of pairs of about one length (seeded), so that a batch pads to little more than its own pairs
+    group_by_length: bool = True
     seed: int = 0
     # passed through to TRL's RewardConfig (bf16, gradient_checkpointing, deepspeed, warmup_ratio, ...): checked
     # against it at start-up; a key this block already has (batch_size, learning_rate, ...) is refused
@@ -431,8 +445,9 @@ class PromoteParams(Block):
     min_eval_accuracy: float = Field(0.5, ge=0, le=1)
     # the new version's eval accuracy must be above the "longer reply wins" baseline on the same pairs
     require_beat_length_baseline: bool = True
-    # point: the accuracy's point estimate meets the bar (below stats.min_n pairs the reason and the version's tags
-    # say "promoted on too few pairs to tell"); lower_bound: its 95% interval's lower bound, and never below min_n
+    # point: the accuracy's point estimate meets the bar, where its interval can tell (on fewer than stats.min_n pairs,
+    # or with the bar inside its 95% interval, the version is promoted and the reason and the version's tags say
+    # "too few to tell"); lower_bound: its interval's lower bound meets the bar, and never below min_n
     bar_on: Literal["point", "lower_bound"] = "point"
     # the reward model's agreement with people on the held-out conversations' human pairs (train_rm), at bar_on;
     # null: reported, not required
@@ -440,6 +455,10 @@ class PromoteParams(Block):
     # the chance that a scorer that learned nothing (a random score per reply) reaches the eval accuracy on the
     # same pairs must be at most this; null: reported, not required
     max_null_p: float | None = Field(None, gt=0, le=1)
+    # the pairs the gate's accuracy, interval and length baseline are measured on: the judge's eval pairs; the
+    # seekers' pairs of conversations no reward model trained on (held out and eval split: `human`); or both
+    # together, one interval over their conversations (`judge_and_human`). The other figures are reported anyway
+    gate_pairs: Literal["judge", "human", "judge_and_human"] = "judge_and_human"
 
 
 class PromoteGroupParams(PromoteParams):
@@ -447,14 +466,23 @@ class PromoteGroupParams(PromoteParams):
     and the length baseline)."""
     min_eval_accuracy: float = Field(0.0, ge=0, le=1)
     require_beat_length_baseline: bool = False
+    gate_pairs: Literal["judge", "human", "judge_and_human"] = "judge"
+
+    @field_validator("gate_pairs")
+    @classmethod
+    def _blocks_have_no_human_pairs(cls, value):
+        if value != "judge":
+            raise ValueError("people rated single supporter turns, not blocks of group turns: the group gate measures "
+                             "the judge's block pairs ('judge')")
+        return value
 
 
 class WatchParams(Block):
     """The judge watches the policy during GRPO (mascot/policy/watch/verdict.py: the rule of the verdict)."""
     enabled: bool = True
-    every_steps: int = Field(4, ge=1)  # and at step 0 and the last step
+    every_steps: int = Field(6, ge=1)  # and at step 0 and the last step
     # probes: the first probe_queries held-out queries (the evaluation's rule), each under probe_personas personas
-    probe_queries: int = Field(7, ge=1)
+    probe_queries: int = Field(5, ge=1)
     probe_personas: int = Field(2, ge=1)
     max_tokens: int | None = Field(None, ge=1)  # default: the block's max_completion_length
     # 0: greedy answers; above 0: sampled at a fixed seed (a small or random model's greedy answer loops on one
@@ -487,7 +515,7 @@ class LengthCalibrationParams(Block):
     pay off a rising trend, so where the reward model pays no word it costs `samples` base answers and nothing else."""
     enabled: bool = True
     method: Literal["base_policy_fit", "within_group"] = "base_policy_fit"
-    samples: int = Field(32, ge=4)
+    samples: int = Field(16, ge=4)
     degree: int = Field(1, ge=1, le=3)
 
 
@@ -501,7 +529,7 @@ class PolicyGRPOParams(LaunchFields):
     num_generations: int = Field(4, ge=2)
     prompts_per_step: int = Field(1, ge=1)
     max_completion_length: int = Field(24, ge=1)
-    max_steps: int = Field(12, ge=1)
+    max_steps: int = Field(4, ge=1)
     beta: float = Field(0.0, ge=0)
     learning_rate: float = Field(5e-5, ge=0)
     temperature: float = Field(0.9, gt=0)
@@ -525,28 +553,41 @@ class GRPOParams(PolicyGRPOParams):
     length_calibration: LengthCalibrationParams = LengthCalibrationParams()
 
 
+class DirectorLengthParams(Block):
+    """The Director's lever against length. A directive's own words are not what the group reward model reads (the
+    block rolled forward from it is), so no fit on them: within each group of one prompt's directives the reward
+    model's least-squares slope on the rolled-forward block's words is measured (`length_within_group_*` in the
+    stage's figures), and with `enabled` taken off the group's scores (mascot/policy/rewards.py
+    within_group_length_removed), so that no directive gains advantage by the length of the block it led to."""
+    enabled: bool = False
+    method: Literal["within_group"] = "within_group"
+
+
 class DirectorParams(PolicyGRPOParams):
-    # no length_calibration: a directive's words are not what the group reward model reads (a rolled-forward
-    # block is), so a fit on them would calibrate the wrong length; the key is refused as unknown here
+    # its own lever: the speaker's base_policy_fit would calibrate the directive's words, not the block's
+    length_calibration: DirectorLengthParams = DirectorLengthParams()
     base_model: str = "models/small"
     registered_model: str = "mascot-director"
     prompt_style: Literal["transcript", "chat"] = "transcript"
     max_completion_length: int = Field(40, ge=8)
-    max_steps: int = Field(8, ge=1)
+    max_steps: int = Field(2, ge=1)
     temperature: float = Field(1.0, gt=0)
     format_weight: float = 1.0  # a parseable directive naming a known agent
     diversity_weight: float = 0.2  # penalty for naming the previous turn's speaker again
     rollout_turns: int = Field(1, ge=1)  # agent turns rolled forward from the directive before the group RM scores
-    rollout_max_tokens: int = Field(40, ge=1)
+    rollout_max_tokens: int = Field(24, ge=1)
     # rollouts decode under the directive's grammar (the agent one of the team's, three lines), as evaluate_group
     # decodes the trained Director: the policy learns whom to choose and what to ask, not the form (false: it
     # samples freely and its format reward teaches the form; a small random model never finds it)
     constrain_rollouts: bool = False
+    # a diagnostic: every step, the policy's probability of each agent at the directive's choice point on this many
+    # of its training states (mascot/policy/choice_probe.py; 0: off). A forward pass of 4 names a state a step
+    choice_probe: int = Field(0, ge=0)
 
 
 class EvaluateGroupParams(Block):
-    max_queries: int | None = Field(4, ge=1)  # held-out queries (not given episodes), one conversation each
-    agent_turns: int = Field(2, ge=1)
+    max_queries: int | None = Field(3, ge=1)  # held-out queries (not given episodes), one conversation each
+    agent_turns: int = Field(1, ge=1)
     user_turns: bool = False
     director_temperature: float = Field(0.0, ge=0)
     # the trained and base Directors decode under the directive grammar: the conditions differ in whom they
@@ -554,8 +595,8 @@ class EvaluateGroupParams(Block):
     constrain_directives: bool = True
     # and, beside the comparison, each language-model Director's first directive sampled without the grammar at
     # train_director's temperature, unconstrained_samples a conversation: the format it keeps on its own
-    measure_unconstrained: bool = True
-    unconstrained_samples: int = Field(4, ge=1)
+    measure_unconstrained: bool = False
+    unconstrained_samples: int = Field(1, ge=1)
     max_tokens: int = Field(32, ge=1)
     conditions: list[Literal["trained", "base", "random", "round_robin"]] = Field(
         ["trained", "base", "random", "round_robin"], min_length=1)

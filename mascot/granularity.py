@@ -267,7 +267,7 @@ class Blocks(Granularity):
 
     def reference_set(self, dialogues, personas, budget, count, block, exclude):
         return build_block_reference_set(dialogues, list(personas), budget, count, block.items, block.turns,
-                                         seed=block.seed, exclude=exclude)
+                                         seed=block.seed, exclude=exclude, survey_items=block.survey_items)
 
     def reference_units(self, items, personas):
         team, variants, units = roster(personas), [], []

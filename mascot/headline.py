@@ -30,7 +30,8 @@ HEADLINE: dict[str, dict[str, str]] = {
                  "rm_eval_n": "eval_pairs", "rm_longer_wins": "eval_length_baseline_accuracy",
                  "rm_acc_equal_len": "eval_accuracy_equal_length", "rm_human_acc": "human_pairs",
                  "rm_human_n": "human_pairs_n"},
-    "promote": {"rm_promoted": "promoted"},
+    "promote": {"rm_promoted": "promoted", "rm_gate_acc": "gate_accuracy", "rm_gate_low": "gate_accuracy_ci_low",
+                "rm_gate_n": "gate_pairs", "rm_too_few": "too_few_to_tell", "rm_by_hand": "by_hand"},
     "train_grpo": {"watch_judge": "watch_judge_change", "watch_judge_low": "watch_judge_change_ci_low",
                    "watch_judge_equal_len": "watch_judge_equal_length_change", "watch_words": "watch_length_change",
                    "watch_n": "watch_n"},
@@ -45,11 +46,20 @@ HEADLINE: dict[str, dict[str, str]] = {
     "validate_group": {"group_data_valid": "success"},
     "train_group_rm": {"group_rm_acc": "eval_accuracy", "group_rm_acc_low": "eval_accuracy_ci_low",
                        "group_rm_eval_n": "eval_pairs", "group_rm_longer_wins": "eval_length_baseline_accuracy"},
-    "promote_group": {"group_rm_promoted": "promoted"},
+    "promote_group": {"group_rm_promoted": "promoted", "group_rm_too_few": "too_few_to_tell",
+                      "group_rm_by_hand": "by_hand"},
     "train_director": {"director_watch_judge": "watch_judge_change", "director_format": "directive_format_last_step"},
     "evaluate_group": {"director_vs_random": "minus_random_collective_total.trained.diff",
                        "director_vs_random_low": "minus_random_collective_total.trained.ci_low",
-                       "director_vs_random_n": "minus_random_collective_total.trained.n"},
+                       "director_vs_random_n": "minus_random_collective_total.trained.n",
+                       # a planted speaker (stage 2's positive control): how often each Director gives it the floor
+                       "planted_trained": "planted_feature.rate.trained.mean",
+                       "planted_vs_base": "planted_feature.trained_minus_base.mean",
+                       "planted_vs_base_low": "planted_feature.trained_minus_base.ci_low",
+                       "planted_vs_random": "planted_feature.trained_minus_random.mean",
+                       "planted_vs_random_low": "planted_feature.trained_minus_random.ci_low",
+                       "planted_vs_random_high": "planted_feature.trained_minus_random.ci_high",
+                       "planted_n": "planted_feature.trained_minus_random.n"},
 }
 
 

@@ -14,7 +14,7 @@ from mascot.config import PairsParams, Params
 from mascot.data.human_ratings import human_pairs
 from mascot.data.personas import Persona
 from mascot.granularity import BLOCK, REPLY
-from mascot.splits import conversation_of, is_held_out, split_counts, split_of
+from mascot.splits import conversation_of, is_held_out, role_of, split_counts, split_of
 from mascot.transcript import turn_messages
 
 EPS = 1e-9  # totals are means of floats: a gap of exactly the margin must count
@@ -97,11 +97,8 @@ def build_human_pairs(items: list[dict], personas: dict[str, Persona], min_gap: 
     """The human set's pairs (`human_pair_rows`) of train-split conversations: the seekers' own preferences beside
     the judge's, each weighted `params.human_weight`. Held-out and eval-split conversations give none (the same
     split rule as the judge's pairs, by conversation)."""
-    rows = [{"query_id": i["item_id"], "conversation_id": i["conversation_id"]} for i in items
-            if not is_held_out(i, heldout)]
-    split = split_of(rows, params.eval_fraction, params.split_seed)
-    return human_pair_rows([i for i in items if split.get(i["item_id"]) == "train"], personas, min_gap,
-                           params.human_weight)
+    train = [i for i in items if role_of(i, heldout, params.eval_fraction, params.split_seed) == "train"]
+    return human_pair_rows(train, personas, min_gap, params.human_weight)
 
 
 def build_block_pairs(episodes: list[dict], scores: list[dict], queries: dict[str, dict],

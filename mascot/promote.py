@@ -11,20 +11,26 @@ from mascot.stats import DEFAULT_MIN_N
 ROUNDTRIP_TOLERANCE = 1e-4
 
 
-def measure(scorer: RewardScorer, pairs: list[dict], personas: dict, min_n: int = DEFAULT_MIN_N) -> dict:
+def score_pairs(scorer: RewardScorer, pairs: list[dict], personas: dict) -> tuple[list[float], list[float]]:
+    """The scores of each pair's chosen and rejected side."""
     sides = [scorer.granularity.pair_sides(p, personas) for p in pairs]
-    return pair_metrics(pairs, scorer.score([(persona, ctx, chosen) for persona, ctx, chosen, _ in sides]),
-                        scorer.score([(persona, ctx, rejected) for persona, ctx, _, rejected in sides]), min_n)
+    return (scorer.score([(persona, ctx, chosen) for persona, ctx, chosen, _ in sides]),
+            scorer.score([(persona, ctx, rejected) for persona, ctx, _, rejected in sides]))
+
+
+def measure(scorer: RewardScorer, pairs: list[dict], personas: dict, min_n: int = DEFAULT_MIN_N) -> dict:
+    return pair_metrics(pairs, *score_pairs(scorer, pairs, personas), min_n)
 
 
 def human_gate(promoted: bool, reason: str, human: dict, bar: float | None, bar_on: str,
                min_n: int = DEFAULT_MIN_N) -> tuple[bool, str]:
-    """The reward model's agreement with people (held-out human pairs, `human_set_metrics`) added to the
+    """The reward model's agreement with people (untrained human pairs, `human_set_metrics`) added to the
     decision: always in the reason; with a bar (promote.min_human_agreement), required at `bar_on`."""
     if not human.get("human_pairs_n"):
         if bar is None:
             return promoted, reason
-        return False, (f"no held-out human pairs (no human set, or none of its rated conversations is held out), so "
+        return False, (f"no untrained human pairs (no human set, or none of its rated conversations is held out or in "
+                       f"the eval split), so "
                        f"promote.min_human_agreement {bar} cannot be met (the eval pairs: {reason})")
     words = describe_human(human, min_n=min_n)
     if bar is None or not promoted:

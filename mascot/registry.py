@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from mascot.config import Params
 from mascot.io import InputError, load_jsonl, read_json
+from mascot.stats import TOO_FEW
 
 
 def experiment_origin(cwd: Path | None = None) -> Path | None:
@@ -206,58 +207,99 @@ def alias_version(name: str, alias: str) -> str | None:
         return None
 
 
+def point_verdict(point: float, low: float | None, high: float | None, bar: float, n: int | None,
+                  min_n: int | None, strict: bool = False) -> str:
+    """A point estimate against a bar, told only where its interval can tell: "pass", "fail", or TOO_FEW when
+    it rests on fewer than `min_n` items or its 95% interval holds the bar (the interval above it passes, below
+    it fails). `strict`: passing needs the figure above the bar (a baseline to beat), not at it (a threshold).
+    Without an interval (a figure given bare), the point decides."""
+    if min_n is not None and n is not None and n < min_n:
+        return TOO_FEW
+    if low is None or high is None:
+        return "pass" if (point > bar if strict else point >= bar) else "fail"
+    if (low > bar) if strict else (low >= bar):
+        return "pass"
+    if (high <= bar) if strict else (high < bar):
+        return "fail"
+    return TOO_FEW
+
+
 def decide_promotion(new: dict, champion: dict | None, min_accuracy: float,
                      beat_length_baseline: bool = False, bar_on: str = "point",
                      min_n: int | None = None) -> tuple[bool, str]:
+    """(promoted, reason): `gate_decision` without what it could not tell."""
+    promoted, reason, _ = gate_decision(new, champion, min_accuracy, beat_length_baseline, bar_on, min_n)
+    return promoted, reason
+
+
+def gate_decision(new: dict, champion: dict | None, min_accuracy: float, beat_length_baseline: bool = False,
+                  bar_on: str = "point", min_n: int | None = None) -> tuple[bool, str, list[str]]:
     """The gate on eval pairs: accuracy at least `min_accuracy`, above the "longer reply wins" baseline (if
     asked), and not worse than the current champion on the same pairs (accuracy first; on a tie, the mean
     margin decides). `new`/`champion` hold `accuracy` and `mean_margin` (and `length_baseline_accuracy`, and
     the interval `accuracy_ci_low`/`accuracy_ci_high` over `pairs`).
 
     `bar_on: lower_bound` holds the interval's lower bound to the bar and the baseline, and below `min_n` pairs
-    refuses (too few to tell); `point` holds the point estimate, and below `min_n` the reason says that the
-    version was promoted on too few pairs to tell, and that it did not beat the baseline where it did not (on
-    the CPU default's 6-10 eval pairs that comparison decides nothing, and refusing on it stopped the chain on
-    one machine and not another)."""
+    refuses (too few to tell). `point` decides only where the figure can tell (`point_verdict`): an accuracy on
+    fewer than `min_n` pairs, or whose interval holds the bar or the baseline, is "too few to tell", and the
+    version is promoted with those words in the reason (on the CPU default's 6-10 judge pairs a coin's toss
+    decided, the same way on every run of one machine and differently on another, and stopped `dvc repro` there);
+    a figure whose interval lies below the bar is refused."""
     acc = new.get("accuracy")
     if acc is None:
-        return False, "no eval pairs to measure accuracy on"
-    n = new.get("pairs")
+        return False, "no eval pairs to measure accuracy on", []
+    n, low, high = new.get("pairs"), new.get("accuracy_ci_low"), new.get("accuracy_ci_high")
     few = min_n is not None and n is not None and n < min_n
-    shown = f"{acc:.4f} [{new.get('accuracy_ci_low')}, {new.get('accuracy_ci_high')}] on {n} pairs" if n else f"{acc:.4f}"
+    shown = f"{acc:.4f} [{low}, {high}] on {n} pairs" if n else f"{acc:.4f}"
+    untold: list[str] = []  # what the figures could not tell, said in the reason
     if bar_on == "lower_bound":
         if few:
             return False, (f"eval accuracy {shown}: too few to tell (n {n} < stats.min_n {min_n}); "
                            "promote.bar_on: lower_bound promotes only on an interval: raise pairs.eval_fraction or "
-                           "add queries")
-        acc, where = (new.get("accuracy_ci_low") if new.get("accuracy_ci_low") is not None else 0.0), "lower bound "
+                           "add queries"), [f"the threshold {min_accuracy:.4f}"]
+        acc, where = (low if low is not None else 0.0), "lower bound "
+        verdict = "pass" if acc >= min_accuracy else "fail"
     else:
         where = ""
-    if acc < min_accuracy:
-        return False, f"eval accuracy {where}{acc:.4f} ({shown}) is below the threshold {min_accuracy:.4f}"
+        verdict = point_verdict(acc, low, high, min_accuracy, n, min_n)
+    if verdict == "fail":
+        return False, f"eval accuracy {where}{acc:.4f} ({shown}) is below the threshold {min_accuracy:.4f}" + (
+            ", its whole interval too" if bar_on == "point" and low is not None and not few else ""), untold
+    if verdict == TOO_FEW:
+        untold.append(f"the threshold {min_accuracy:.4f}")
     baseline = new.get("length_baseline_accuracy")
     beats = ""
     if beat_length_baseline and baseline is not None:
-        if acc > baseline:
+        told = ("pass" if acc > baseline else "fail") if bar_on == "lower_bound" else \
+            point_verdict(acc, low, high, baseline, n, min_n, strict=True)
+        if told == "pass":
             beats = f", above the longer-reply-wins baseline {baseline:.4f}"
-        elif few:  # under `point` on a handful of pairs (a tie at 0.5 on 6 is a coin's toss): said, not decided
-            beats = (f", not above the longer-reply-wins baseline {baseline:.4f} on the same pairs (too few to "
-                     "tell whether it learned length)")
+        elif told == TOO_FEW:
+            beats = (f", {'above' if acc > baseline else 'not above'} the longer-reply-wins baseline {baseline:.4f} by "
+                     "its point estimate")
+            untold.append("the longer-reply-wins baseline (whether it learned length)")
         else:
             return False, (f"eval accuracy {where}{acc:.4f} ({shown}) does not beat the longer-reply-wins baseline "
-                           f"{baseline:.4f} on the same pairs: the model may have learned length, not the rubric")
-    few_words = f"; promoted on too few pairs to tell (n {n} < stats.min_n {min_n})" if few else ""
+                           f"{baseline:.4f} on the same pairs: the model may have learned length, not the rubric"), untold
+    few_words = ""
+    if untold:
+        why = f"n {n} < stats.min_n {min_n}" if few else f"its interval holds {'them' if len(untold) > 1 else 'it'}"
+        few_words = f"; promoted, {TOO_FEW} against {' and '.join(untold)} ({why}; promote.bar_on: point)"
     acc_words = f"eval accuracy {where}{acc:.4f} ({shown})" if n else f"eval accuracy {acc:.4f}"
+    relation = ">=" if verdict == "pass" else "vs"
     if champion is None:
-        return True, f"{acc_words} >= threshold {min_accuracy:.4f}{beats}; no champion yet{few_words}"
+        return True, f"{acc_words} {relation} threshold {min_accuracy:.4f}{beats}; no champion yet{few_words}", untold
     c_acc, point = champion["accuracy"], new["accuracy"]  # on the same pairs: point against point
     if point < c_acc:
-        return False, f"eval accuracy {point:.4f} is worse than the champion's {c_acc:.4f} on the same eval pairs"
+        # point against point decides (the champion stays); where the interval holds the champion's figure, said
+        told = point_verdict(point, new.get("accuracy_ci_low"), new.get("accuracy_ci_high"), c_acc, n, min_n)
+        return False, (f"eval accuracy {point:.4f} is worse than the champion's {c_acc:.4f} on the same eval pairs"
+                       + (f" ({TOO_FEW} on {n} pairs: the champion stays)" if told == TOO_FEW else "")), untold
     if point == c_acc and new["mean_margin"] < champion["mean_margin"]:
         return False, (f"eval accuracy ties the champion's ({point:.4f}) and its mean margin "
-                       f"{new['mean_margin']:.4f} is below the champion's {champion['mean_margin']:.4f}")
-    return True, (f"{acc_words} >= threshold {min_accuracy:.4f}{beats} and not worse than the champion "
-                  f"({c_acc:.4f}, margin {champion['mean_margin']:.4f}){few_words}")
+                       f"{new['mean_margin']:.4f} is below the champion's {champion['mean_margin']:.4f}"), untold
+    return True, (f"{acc_words} {relation} threshold {min_accuracy:.4f}{beats} and not worse than the champion "
+                  f"({c_acc:.4f}, margin {champion['mean_margin']:.4f}){few_words}"), untold
 
 
 def set_alias(name: str, alias: str, version: str, reason: str, figures: dict[str, object]) -> None:
@@ -297,29 +339,46 @@ def current_experiment() -> str | None:
 
 def check_recorded_champion(name: str, alias: str, decision_path: str | Path, stage: str,
                             promote_stage: str) -> tuple[str, str]:
-    """(version, alias) of the reward model the promotion stage decided and recorded (its DVC output), after
-    checking the alias still resolves to it: an alias moved by hand, or a promote output restored from DVC's run
-    cache without the registry side effect, is refused with what to run. The alias is the one the decision names:
-    `alias` (the team's champion), or inside a DVC experiment the experiment's own (`exp-<name>`) when its gate
-    promoted its version."""
+    """(version, alias) of the reward model the promotion stage decided and recorded (its DVC output; a hand move
+    through `mascot promote --version` is written there too), after checking the alias still resolves to it: an
+    alias moved outside the pipeline (the registry's UI or API), or a promote output restored from DVC's run
+    cache without the registry side effect, is refused with what to run. The alias is the one the decision
+    names: `alias` (the team's champion), or inside a DVC experiment the experiment's own (`exp-<name>`) when its
+    gate promoted its version."""
     decision = read_json(decision_path, f"{stage} needs the {promote_stage} stage's decision: run it first")
     alias = decision.get("champion_alias") or alias
     recorded, digest = decision.get("champion_version"), decision.get("champion_digest")
     current = alias_version(name, alias)
     if recorded is None:
+        version = decision.get("version", "N")
         raise InputError(f"{stage}: {promote_stage} promoted no version of {name} to @{alias} ({decision_path}: "
-                         f"{decision.get('reason')}); improve the reward model and rerun, or promote one by hand "
-                         f"and then `dvc repro -f {promote_stage}`")
+                         f"{decision.get('reason')}); improve the reward model and run `dvc repro` again, or promote "
+                         f"it by hand: `mascot promote --model {name} --version {version} --alias {alias} --reason "
+                         f"'...'`, then `dvc repro`")
     moved = current is None or str(current) != str(recorded)
     if not moved and digest and version_digest(name, current) != digest:
         moved = True
     if moved:
+        adopt = (f"`mascot promote --model {name} --version {current} --alias {alias} --reason '...'`, then `dvc repro`"
+                 if current is not None else "")
         raise InputError(f"{stage}: models:/{name}@{alias} now resolves to version {current}, but {promote_stage} "
                          f"recorded version {recorded} ({decision_path}): the alias was moved outside the pipeline "
-                         f"(by hand, or a restored run cache skipped its move). Let the gate decide again with "
-                         f"`dvc repro -f {promote_stage}`, or move it back with `mascot promote --model {name} "
-                         f"--version {recorded} --alias {alias} --reason ...`")
+                         f"(the registry's UI or API; `mascot promote --version` records its moves), or a restored "
+                         f"run cache skipped its move. Let the gate decide again: `dvc repro --force --single-item "
+                         f"{promote_stage}`, then `dvc repro`"
+                         + (f"; or keep version {current}, recorded as a hand move: {adopt}" if adopt else ""))
     return str(current), alias
+
+
+def decision_tags(decision_path: str | Path) -> dict[str, str]:
+    """How the champion a stage trains or evaluates against was chosen, from the gate's decision record, as run
+    tags: by the gate (and whether on too few to tell), or by hand (with its reason)."""
+    decision = read_json(decision_path)
+    if decision.get("by_hand"):
+        how = "by hand"
+    else:
+        how = f"gate ({TOO_FEW})" if decision.get("too_few_to_tell") else "gate"
+    return {"reward_model_decision": how, "reward_model_decision_reason": str(decision.get("reason"))[:4000]}
 
 
 def dvc_experiment_tags() -> dict[str, str]:

@@ -6,8 +6,9 @@ so a model trained on one would be measured on what it has read. Every conversat
 its id and a seed (a hash), so adding or removing other queries never moves one, and no stage ever measures a
 model on a conversation it, or the model it optimised, was trained on:
 
-- held out (`heldout.fraction` of the conversations, by `heldout.seed`): never paired, never given episodes,
-  never trained on by any model. `evaluate` and `evaluate_group` use only these.
+- held out (`heldout.fraction` of the conversations, by `heldout.seed`, or every conversation of a source marked
+  `heldout: true`, e.g. a corpus's own validation split): never paired, never given episodes, never trained on by
+  any model. `evaluate` and `evaluate_group` use only these.
 - the rest are split by `pairs.eval_fraction` / `group_pairs.eval_fraction` (by `split_seed`): `train` pairs
   train a reward model; `eval` pairs measure it (promote's gate), and their queries are the speaker's GRPO
   prompts (the reward model never trained on them). The Director's GRPO trains on the episodes' prefixes.
@@ -32,7 +33,10 @@ def _unit(tag: str, seed: int, conversation_id: str) -> float:
 
 
 def is_held_out(query: dict, heldout) -> bool:
-    """`query`: a query record (its conversation decides); `heldout`: the params block (fraction, seed)."""
+    """`query`: a query record (its conversation decides; a record whose source decides its split carries
+    `heldout`: prepare.sources[].heldout); `heldout`: the params block (fraction, seed)."""
+    if query.get("heldout") is not None:
+        return bool(query["heldout"])
     return _unit("heldout:", heldout.seed, conversation_of(query)) < heldout.fraction
 
 
@@ -41,6 +45,14 @@ def split_of(queries: list[dict], eval_fraction: float, seed: int) -> dict[str, 
     on which other ids are present: a stage with too few queries to fill both says so itself)."""
     return {q["query_id"]: "eval" if _unit("", seed, conversation_of(q)) < eval_fraction else "train"
             for q in sorted(queries, key=lambda q: q["query_id"])}
+
+
+def role_of(record: dict, heldout, eval_fraction: float, seed: int) -> str:
+    """"heldout", "eval" or "train": what any record of a conversation (a query, a rated turn) is for, by the two
+    rules above."""
+    if is_held_out(record, heldout):
+        return "heldout"
+    return "eval" if _unit("", seed, conversation_of(record)) < eval_fraction else "train"
 
 
 def held_out(queries: list[dict], heldout, limit: int | None = None) -> list[dict]:

@@ -144,6 +144,36 @@ def cluster_spearman_with_ci(x: list[float], y: list[float], clusters: list[str]
     return out
 
 
+def conversation_pairs_agreement(scores: list[float], ratings: list[float], clusters: list[str], min_gap: float,
+                                 seed: int = 0, rounds: int = 1000, min_n: int = DEFAULT_MIN_N) -> dict:
+    """Of two items (one per conversation) whose ratings differ by at least `min_gap`, how often the better-rated
+    one is scored higher (a tie 0.5): {mean, ci_low, ci_high, n pairs, clusters}. The interval resamples
+    conversations and takes every pair among the drawn ones (a conversation drawn twice pairs with itself never):
+    each conversation sits in many pairs, so pairs are not the unit of resampling."""
+    s, r = np.asarray(scores, dtype=float), np.asarray(ratings, dtype=float)
+    n = len(s)
+    gap = r[:, None] - r[None, :]
+    upper = np.triu(np.ones((n, n), dtype=bool), 1)
+    paired = upper & (np.abs(gap) >= min_gap)
+    win = np.where(np.sign(s[:, None] - s[None, :]) == np.sign(gap), 1.0,
+                   np.where(s[:, None] == s[None, :], 0.5, 0.0))
+    count = int(paired.sum())
+    out = {"mean": round(float(win[paired].mean()), 4) if count else None, "ci_low": None, "ci_high": None,
+           "n": count, "clusters": len(set(clusters)), "too_few_to_tell": count < min_n}
+    if count < 2:
+        return out
+    rng, means = np.random.default_rng(seed), []
+    for _ in range(rounds):
+        draw = rng.integers(0, n, size=n)
+        sub = paired[np.ix_(draw, draw)] & (draw[:, None] != draw[None, :])
+        if sub.any():
+            means.append(float(win[np.ix_(draw, draw)][sub].mean()))
+    if means:
+        lo, hi = np.quantile(means, [0.025, 0.975])
+        out["ci_low"], out["ci_high"] = round(float(lo), 4), round(float(hi), 4)
+    return out
+
+
 # A paired difference at equal length (AlpacaEval 2's length control, Dubois et al. 2024, made paired for small n):
 # regress each item's difference on its length difference and read the intercept. Below this share of items on
 # the far side of equal length (or at it) the intercept is a line drawn past the data: said, not hidden.

@@ -17,7 +17,7 @@ OWNED = {
                "per_device_eval_batch_size": "batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
                "learning_rate": "learning_rate", "num_train_epochs": "epochs", "max_length": "max_length",
                "eval_steps": "eval_steps", "save_steps": "checkpoint_steps", "save_strategy": None,
-               "save_total_limit": "save_total_limit",
+               "save_total_limit": "save_total_limit", "train_sampling_strategy": "group_by_length",
                "seed": "seed"},
     "grpo": {"output_dir": None, "report_to": None, "reward_weights": "reward_weight / format_weight",
              "per_device_train_batch_size": "prompts_per_step (x num_generations)",

@@ -13,6 +13,26 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 
 
+# With pytest-xdist (`make test` runs two workers, `--dist loadgroup`), a chain a session fixture builds must be built
+# by one worker only: the tests that share one run on one worker. An integration test's module keeps its module
+# fixtures on one worker too; unit tests go wherever a worker is free.
+SHARED_CHAINS = ("dvc_repo", "vllm_server")
+
+
+def pytest_collection_modifyitems(config, items):
+    by_module: dict[str, str] = {}  # a module any of whose tests shares a chain goes with that chain, whole
+    for item in items:
+        shared = next((f for f in SHARED_CHAINS if f in getattr(item, "fixturenames", ())), None)
+        if shared is not None:
+            by_module.setdefault(item.module.__name__, shared)
+    for item in items:
+        group = by_module.get(item.module.__name__)
+        if group is None and item.get_closest_marker("integration") is not None:
+            group = item.module.__name__
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 # MLflow's set_tracking_uri and set_registry_uri export MLFLOW_TRACKING_URI and MLFLOW_REGISTRY_URI into
 # os.environ, and a pipeline copy's stages inherit os.environ: a test that points MLflow at its own store in-process
 # would otherwise become the store of every pipeline a later test runs (found by a shuffled order).
@@ -118,6 +138,43 @@ def script_json(code: str, cwd, env, name: str = "check.py"):
 
 def ran_stages(output: str) -> set[str]:
     return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
+# the names the shared server answers to: the tests' own ("tiny") and the rehearsal's, whose profile names the
+# speaker and judge by their folder (its models/base is a copy of the same tiny model)
+SERVED_NAMES = ["tiny", "models/base"]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir, tmp_path_factory):
+    """One real vLLM CPU server for the session, serving the tiny model (its start is a minute or more of CI): the
+    server tests and the rehearsal share it. Its log is the server's own; a test that counts requests in it reads
+    what was added while it ran (`log_offset`)."""
+    from mascot.ops.processes import group_pids
+    from mascot.ops.serve import ServeConfig, VLLMServer
+
+    if not VLLM_PYTHON.exists():
+        pytest.skip(f"{VLLM_PYTHON} not found: create the serving environment with `make vllm-env`")
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    server = VLLMServer(ServeConfig(model=str(tiny_model_dir), served_model_name=SERVED_NAMES, port=free_port(),
+                                    max_model_len=4096, python=str(VLLM_PYTHON), log_path=str(log),
+                                    ready_timeout_s=600))
+    try:
+        server.start()
+    except Exception:
+        print(log.read_text()[-5000:] if log.exists() else "no log")
+        raise
+    yield server
+    pgid = server.proc.pid
+    server.stop()
+    assert not group_pids(pgid), "vLLM left processes behind"
+
+
+def log_offset(server) -> int:
+    """Where the server's log ends now: what a test reads from here on is what the server logged since."""
+    path = Path(server.cfg.log_path)
+    return path.stat().st_size if path.exists() else 0
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ FLOORS = {
     # 0: foundations: they import only each other
     "mascot": 0, "mascot.io": 0, "mascot.reads": 0, "mascot.progress": 0, "mascot.stats": 0, "mascot.transcript": 0,
     "mascot.trainer_args": 0, "mascot.precision": 0, "mascot.launch": 0,
-    "mascot.llm": 0, "mascot.llm.backend": 0, "mascot.llm.servers": 0, "mascot.data": 0, "mascot.data.dialogue": 0,
+    "mascot.llm": 0, "mascot.llm.backend": 0, "mascot.llm.servers": 0, "mascot.llm.nucleus": 0, "mascot.data": 0, "mascot.data.dialogue": 0,
     # 1: shared services: params, journals, splits, the registry, personas, corpus readers
     "mascot.config": 1, "mascot.stage_args": 1, "mascot.profiles": 1, "mascot.resume": 1, "mascot.checkpoints": 1, "mascot.splits": 1,
     "mascot.registry": 1, "mascot.llm.identity": 1, "mascot.data.personas": 1, "mascot.data.queries": 1,
@@ -31,7 +31,7 @@ FLOORS = {
     # 3: annotation's parts: rubrics, the judge, the speaker's prompts, the Director's rollout, reference sets
     "mascot.annotate": 3, "mascot.annotate.rubric": 3, "mascot.annotate.function_judge": 3,
     "mascot.annotate.generate": 3, "mascot.annotate.director": 3, "mascot.annotate.reference_set": 3,
-    "mascot.annotate.controls": 3, "mascot.annotate.pairwise": 3, "mascot.annotate.fitted_aggregation": 3,
+    "mascot.annotate.controls": 3, "mascot.annotate.pairwise": 3, "mascot.annotate.survey": 3, "mascot.annotate.fitted_aggregation": 3,
     # 4: one paradigm at two granularities (a reply, a block of group turns)
     "mascot.granularity": 4,
     # 5: the cores of the stages from scores to a promoted reward model
@@ -43,6 +43,7 @@ FLOORS = {
     "mascot.policy": 6, "mascot.policy.rewards": 6, "mascot.policy.watch": 6, "mascot.policy.watch.verdict": 6,
     "mascot.policy.watch.chart": 6, "mascot.policy.watch.kl": 6, "mascot.policy.watch.callback": 6, "mascot.policy.engine": 6, "mascot.policy.grpo": 6,
     "mascot.policy.evaluate": 6, "mascot.policy.director": 6, "mascot.policy.evaluate_group": 6,
+    "mascot.policy.choice_probe": 6,
     # 7: the stages, one module per DVC stage (its two granularities in one): files, MLflow and printing
     "mascot.stages": 7, **{f"mascot.stages.{name}": 7 for name in STAGE_MODULES},
     # operations apart from the method (`mascot serve`, `mascot stack`): only the command line imports them

@@ -1,11 +1,15 @@
 """The controls, end to end through DVC, TRL and MLflow on the tiny models (docs/controls.md).
 
-Positive: a programmatic judge prefers replies with a digit (the tiny speaker writes one in about a seventh of its
-replies); the chain must recover it: the pairs, the reward model, GRPO on held-out probes. Negative: a judge of seeded noise; the chain must say it found nothing.
-Length: the judge pays the digit and every word; GRPO with the length lever off must buy words and be told so, with
-it on must raise the digit and not the words.
-Each chain is `mascot profile tiny controls control-<kind>` in a fresh git + DVC repo (about 7 minutes each; the
-length control's about 9, its reward model Gemma-3-270m's first 6 layers)."""
+Planted preference and length, one chain: the judge pays a digit (the tiny speaker writes one in about a seventh of
+its replies) and every word. The chain must recover the digit: pairs that carry it, a reward model that ranks by it
+at equal length and passes the interval gate, and GRPO with the length lever on raising it on held-out probes
+without buying words; with the lever off it must buy words and be told so. (Until 2026-12 a chain of its own, the
+positive control, planted the digit alone; its recovery is the lever-on arm here.)
+Negative: a judge of seeded noise; the chain must say it found nothing.
+Stage 2's pair (a Director that gives a stated persona the floor, and noise on blocks) continues the negative
+chain's repo: stage 2 reads none of stage 1's judge.
+Each chain is `mascot profile tiny controls control-<kind>` in a fresh git + DVC repo (the negative's about 4
+minutes, the length control's about 9, its reward model Gemma-3-270m's first 6 layers)."""
 import json
 import re
 import subprocess
@@ -40,65 +44,10 @@ def _set_params(work, blocks: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def positive(repo_root, tmp_path_factory):
-    work, env = _repo(repo_root, tmp_path_factory, "positive")
-    sh("dvc repro evaluate", work, env)
-    return work, env
-
-
-@pytest.fixture(scope="module")
 def negative(repo_root, tmp_path_factory):
     work, env = _repo(repo_root, tmp_path_factory, "negative")
     sh("dvc repro promote", work, env)
     return work, env
-
-
-def test_positive_control_pairs_carry_the_feature_and_the_reward_model_learns_it(positive):
-    work, _ = positive
-    pairs = [json.loads(line) for line in (work / "data/pairs.jsonl").read_text().splitlines()]
-    assert len(pairs) >= 150
-    assert all(DIGIT.search(p["chosen"][-1]["content"]) and not DIGIT.search(p["rejected"][-1]["content"])
-               for p in pairs)
-    candidates = [json.loads(line)["text"] for line in (work / "data/candidates.jsonl").read_text().splitlines()]
-    rate = sum(bool(DIGIT.search(t)) for t in candidates) / len(candidates)
-    assert 0.03 < rate < 0.5, f"the base speaker shows the feature in {rate:.2f} of its replies: not 'sometimes'"
-    rm = _metrics(work, "train_rm")
-    assert rm["eval_pairs"] >= 100
-    # it learned the planted preference, beyond chance and beyond length. (0.918 when docs/controls.md was
-    # written; 0.827 [0.690, ...] on 266 pairs on this machine on 2026-12-03, from the same pairs and the same
-    # trainer steps at 519fb53 and after: the bar is the interval above length and chance, 0.8 a floor under it)
-    assert rm["eval_accuracy"] >= 0.8, rm["eval_accuracy"]
-    assert rm["eval_accuracy_ci_low"] > rm["eval_length_baseline_accuracy"]
-    assert rm["eval_accuracy_null_p"] < 0.01  # no scorer that learned nothing does this on these pairs
-    promote = _metrics(work, "promote")
-    assert promote["promoted"] and promote["alias"] == "champion" and promote["bar_on"] == "lower_bound"
-
-
-def test_positive_control_judges_run_as_functions_everywhere(positive):
-    work, _ = positive
-    scores = [json.loads(line) for line in (work / "data/scores.jsonl").read_text().splitlines()]
-    assert {s["judge_mode"] for s in scores} == {"function"}
-    assert _metrics(work, "judge_check")["judge_model"] == "function:mascot.annotate.controls:planted_feature"
-    replies = [json.loads(line) for line in (work / "reports/evaluate_replies.jsonl").read_text().splitlines()]
-    assert all(r["judge"]["total_reward"] == (5.0 if DIGIT.search(r["text"]) else 1.0) for r in replies if r["text"].strip())
-    watch = json.loads((work / "plots/train_grpo/watch_checks.json").read_text())
-    checks = watch if isinstance(watch, list) else watch["checks"]
-    assert all(j == (5.0 if DIGIT.search(a) else 1.0) for c in checks for a, j in zip(c["answers"], c["judge"])
-               if a.strip())
-
-
-def test_positive_control_grpo_raises_the_feature_on_heldout_probes(positive):
-    work, _ = positive
-    grpo, evaluate = _metrics(work, "train_grpo"), _metrics(work, "evaluate")
-    assert grpo["watch_verdict"] == "improving" and grpo["watch_n"] >= 10
-    assert grpo["watch_judge_change_ci_low"] > 0
-    judge = evaluate["grpo_minus_base"]["judge_total"]
-    assert judge["n"] >= 10 and judge["ci_low"] > 0, judge
-    # the judge's total is the feature's indicator here: its rate on the held-out probes, base against GRPO
-    replies = [json.loads(line) for line in (work / "reports/evaluate_replies.jsonl").read_text().splitlines()]
-    rate = {policy: sum(bool(DIGIT.search(r["text"])) for r in replies if r["policy"] == policy)
-            / sum(r["policy"] == policy for r in replies) for policy in ("base", "grpo")}
-    assert rate["grpo"] > rate["base"] + 0.3, rate
 
 
 def _control_params(work, env, *names: str) -> None:
@@ -153,16 +102,51 @@ def length(repo_root, tmp_path_factory):
         _set_params(work, {"grpo": {"length_calibration": {"enabled": enabled}}})
         sh("dvc repro evaluate", work, env)
         runs[levers] = {name: _metrics(work, name) for name in ("train_grpo", "evaluate")}
+        runs[levers]["replies"] = _jsonl(work / "reports/evaluate_replies.jsonl")
+        runs[levers]["watch"] = json.loads((work / "plots/train_grpo/watch_checks.json").read_text())
     return work, runs
+
+
+def _jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _judge(text: str) -> float:
+    """The length control's judge (profiles/control-length.yaml): 1, +2 for a digit, +0.5 a word, held in [1, 5]."""
+    return round(min(5.0, max(1.0, 1.0 + (2.0 if DIGIT.search(text) else 0.0) + 0.5 * len(text.split()))), 4)
+
+
+def test_length_control_pairs_carry_the_planted_feature_and_the_judge_is_the_function_everywhere(length):
+    work, runs = length
+    candidates = [r["text"] for r in _jsonl(work / "data/candidates.jsonl")]
+    rate = sum(bool(DIGIT.search(t)) for t in candidates) / len(candidates)
+    assert 0.03 < rate < 0.5, f"the base speaker shows the feature in {rate:.2f} of its replies: not 'sometimes'"
+    pairs = _jsonl(work / "data/pairs.jsonl")
+    assert len(pairs) >= 300
+    with_digit = {side: sum(bool(DIGIT.search(p[side][-1]["content"])) for p in pairs) / len(pairs)
+                  for side in ("chosen", "rejected")}
+    assert with_digit["chosen"] > with_digit["rejected"] + 0.2, with_digit  # the pairs carry the digit
+    assert {s["judge_mode"] for s in _jsonl(work / "data/scores.jsonl")} == {"function"}
+    assert _metrics(work, "judge_check")["judge_model"] == "function:mascot.annotate.controls:planted_feature_and_length"
+    for levers in ("off", "on"):  # evaluate's judge and the watch's are the same function of the text
+        assert all(abs(r["judge"]["total_reward"] - _judge(r["text"])) < 1e-6 for r in runs[levers]["replies"]
+                   if r["text"].strip())
+        watch = runs[levers]["watch"]
+        checks = watch if isinstance(watch, list) else watch["checks"]
+        assert all(abs(j - _judge(a)) < 1e-6 for c in checks for a, j in zip(c["answers"], c["judge"]) if a.strip())
 
 
 def test_length_control_reward_model_learns_the_feature_and_the_words(length):
     work, _ = length
     rm = _metrics(work, "train_rm")
+    assert rm["eval_pairs"] >= 100
     assert rm["eval_score_length_pearson"] > 0.3  # it pays words, as the judge does
     # and the digit beside them: above chance at equal length (0.68 [0.59, 0.76] on 297 pairs, 2026-12-06)
     assert rm["eval_accuracy_equal_length_ci_low"] > 0.5 and not rm["eval_accuracy_equal_length_extrapolated"], rm
-    assert _metrics(work, "promote")["promoted"]
+    assert rm["eval_accuracy_null_p"] < 0.01  # no scorer that learned nothing does this on these pairs
+    promote = _metrics(work, "promote")  # through the interval gate (the real profile's bar_on)
+    assert promote["promoted"] and promote["alias"] == "champion" and promote["bar_on"] == "lower_bound", promote
+    assert not promote["too_few_to_tell"]
 
 
 def test_length_control_levers_off_the_policy_buys_words_and_evaluate_says_length(length):
@@ -173,11 +157,18 @@ def test_length_control_levers_off_the_policy_buys_words_and_evaluate_says_lengt
     assert "length_calibration_active" not in runs["off"]["train_grpo"]  # the lever was off: no fit made
 
 
-def test_length_control_levers_on_the_feature_rises_and_the_words_do_not(length):
+def test_length_control_levers_on_the_planted_feature_rises_and_the_words_do_not(length):
+    """The planted preference recovered: with the lever on, GRPO raises the digit on held-out probes (the watch
+    calls it improving), without buying a word."""
     _, runs = length
     grpo, gain = runs["on"]["train_grpo"], runs["on"]["evaluate"]["grpo_minus_base"]
     assert grpo["length_calibration_active"] is True and grpo["length_calibration_slope_per_word"] > 0
     assert gain["planted_feature"]["n"] >= 10 and gain["planted_feature"]["ci_low"] > 0, gain["planted_feature"]
+    replies = runs["on"]["replies"]
+    rate = {policy: sum(bool(DIGIT.search(r["text"])) for r in replies if r["policy"] == policy)
+            / sum(r["policy"] == policy for r in replies) for policy in ("base", "grpo")}
+    assert rate["grpo"] > rate["base"] + 0.3, rate
+    assert grpo["watch_verdict"] == "improving" and grpo["watch_n"] >= 10, grpo["watch_why"]
     # the stated bound: not one word longer than the base policy (the interval's top)
     assert gain["reply_words"]["ci_high"] < 1.0, gain["reply_words"]
     equal = gain["judge_total"]["equal_length"]
@@ -185,14 +176,21 @@ def test_length_control_levers_on_the_feature_rises_and_the_words_do_not(length)
     assert runs["on"]["evaluate"]["judge_gain_is"] == "gain"
 
 
-# Stage 2's controls: each continues its stage-1 chain's repo (stage 1's outputs stay cached; only the stage-2
-# stages run), with a collective judge of its own (score_group.scorer)
+# Stage 2's controls continue the negative chain's repo (stage 1's outputs stay cached; only the stage-2 stages
+# run), each with a collective judge of its own (score_group.scorer); they share its episodes. Each fixture keeps
+# the figures it made: the other may have run since.
+GROUP_FIGURES = ("train_group_rm", "promote_group", "evaluate_group", "train_director")
+
+
 @pytest.fixture(scope="module")
-def group_positive(positive):
-    work, env = positive
-    sh("mascot profile tiny controls control-positive controls-group control-group-positive", work, env)
+def group_positive(negative):
+    work, env = negative
+    sh("git checkout -q params.yaml", work, env)
+    sh("mascot profile tiny controls control-negative controls-group control-group-positive", work, env)
     sh("dvc repro evaluate_group", work, env)
-    return work, env
+    figures = {name: _metrics(work, name) for name in GROUP_FIGURES}
+    figures["episodes"] = _jsonl(work / "data/group/episodes.jsonl")
+    return figures
 
 
 @pytest.fixture(scope="module")
@@ -205,26 +203,24 @@ def group_negative(negative):
 
 
 def test_group_positive_control_the_group_reward_model_learns_who_has_the_floor(group_positive):
-    work, _ = group_positive
-    episodes = [json.loads(line) for line in (work / "data/group/episodes.jsonl").read_text().splitlines()]
-    first = [next(t["speaker"] for t in e["turns"] if t["role"] == "agent") for e in episodes if e["valid"]]
+    first = [next(t["speaker"] for t in e["turns"] if t["role"] == "agent") for e in group_positive["episodes"]
+             if e["valid"]]
     rate = first.count("The Beacon") / len(first)
     assert 0.1 < rate < 0.5, f"The Beacon has the floor first in {rate:.2f} of the base episodes: not 'sometimes'"
-    rm = _metrics(work, "train_group_rm")
+    rm = group_positive["train_group_rm"]
     assert rm["eval_pairs"] >= 20
     assert rm["eval_accuracy_ci_low"] > max(0.5, rm["eval_length_baseline_accuracy"]), rm
-    promote = _metrics(work, "promote_group")
+    promote = group_positive["promote_group"]
     assert promote["promoted"] and promote["bar_on"] == "lower_bound", promote["reason"]
 
 
 def test_group_positive_control_the_trained_director_gives_the_floor_as_the_judge_pays(group_positive):
-    work, _ = group_positive
-    planted = _metrics(work, "evaluate_group")["planted_feature"]
+    planted = group_positive["evaluate_group"]["planted_feature"]
     assert planted["persona"] == "The Beacon"
     for other in ("base", "random"):
         fig = planted[f"trained_minus_{other}"]
         assert fig["n"] >= 20 and fig["ci_low"] > 0, (other, planted)
-    director = _metrics(work, "train_director")
+    director = group_positive["train_director"]
     assert director["watch_verdict"] == "improving", director["watch_why"]
 
 

@@ -427,3 +427,77 @@ def test_a_batch_with_no_parseable_directive_is_paid_the_runs_floor_not_zero(tin
     cols = dict(query_id=["q"] * 2, context=[json.dumps(q["context"])] * 2, turns=[json.dumps([])] * 2,
                 previous_speaker=["", ""])
     assert rm(None, [" Nobody\nAction: x\nTone: y", "no directive at all"], **cols) == [floor, floor]
+
+
+def test_the_survey_pair_figure_counts_conversations_apart_by_the_gap_and_resamples_conversations():
+    """Of two conversations whose survey differs by 2 or more, is the better-rated one scored higher: pairs under
+    the gap are left out, a tie is half, and the interval comes from conversations drawn again."""
+    from mascot.stats import conversation_pairs_agreement
+
+    ratings = [1, 2, 3, 4, 5, 5]
+    scores = [0.1, 0.9, 0.3, 0.4, 0.8, 0.8]
+    fig = conversation_pairs_agreement(scores, ratings, list("abcdef"), min_gap=2)
+    # pairs (a,c) (a,d) (a,e) (a,f) (b,d) (b,e) (b,f) (c,e) (c,f): 9 pairs; b (0.9) above d, e, f loses 3
+    assert fig["n"] == 9 and fig["mean"] == round(6 / 9, 4) and fig["clusters"] == 6
+    assert fig["ci_low"] <= fig["mean"] <= fig["ci_high"] and fig["too_few_to_tell"]
+    assert conversation_pairs_agreement([1.0, 1.0], [1, 5], ["x", "y"], 2)["mean"] == 0.5  # a tie
+
+
+def test_the_survey_set_takes_surveyed_conversations_apart_from_the_queries_and_the_reference_items(corpora):
+    """judge_check_group.survey_items: human blocks of surveyed conversations (the hub's ESConv copy carries the
+    survey), none of the queries' conversations and none of the reference items'; judge and group reward model are
+    held to it with Spearman and the pair figure per survey key."""
+    from mascot.annotate.reference_set import build_block_reference_set
+    from mascot.annotate.survey import flat_survey_figures, survey_figures
+    from mascot.data.sources.esconv import load_esconv
+    from mascot.io import BadRows
+
+    dialogues = load_esconv(corpora / "esconv-hub-valid.jsonl", BadRows())
+    names = ["The Anchor", "The Catalyst", "The Beacon", "Action Guide"]
+    exclude = {d.id for d in dialogues[:20]}
+    items = build_block_reference_set(dialogues, names, 64, lambda t: len(t.split()), 4, exclude=exclude,
+                                      survey_items=60)
+    reference = [i for i in items if i["kind"] == "dialogue"]
+    survey = [i for i in items if i["kind"] == "survey"]
+    assert len(reference) == 4 and len(survey) == 60
+    assert not {i["conversation_id"] for i in survey} & ({i["conversation_id"] for i in reference} | exclude)
+    assert all(list(i["blocks"]) == ["reference"] and i["survey"] for i in survey)
+    words = [(i["survey"], i["conversation_id"], float(sum(len(m["content"].split()) for m in i["blocks"]["reference"])))
+             for i in items]
+    flat = flat_survey_figures(survey_figures(words, 2, 10))
+    assert flat["survey_empathy_n"] >= 50 and flat["survey_empathy_pairs_n"] > 0
+    assert flat["survey_emotion_drop_n"] >= 50 and flat["survey_relevance_spearman_ci_low"] is not None
+
+
+def test_the_choice_probe_gives_the_grammars_distribution_over_the_agents(tiny_model_dir, personas):
+    """At the directive's choice point the probe renormalises each name's tokens over the names that continue the
+    same start (the grammar's token-by-token draw): a distribution over the team, from the policy's own logits."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mascot.policy.choice_probe import ChoiceProbe, choice_distribution
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    names = list(personas)
+    probs = choice_distribution(model, tokenizer, "Conversation so far:\nPerson: hi\n\nDirective:\nAgent:", names)
+    assert set(probs) == set(names) and abs(sum(probs.values()) - 1) < 1e-4 and all(0 < v < 1 for v in probs.values())
+    probe = ChoiceProbe(["Person: hi\nAgent:", "Person: I lost my job\nAgent:"], names, "transcript")
+    probe.measure(model, 0, tokenizer)
+    probe.measure(model, 1, tokenizer)
+    figures = probe.figures()
+    assert [h["step"] for h in figures["choice_probe"]] == [0, 1] and figures["choice_probe"][1]["kl_from_first"] == 0
+
+
+def test_a_steps_choice_record_centres_the_reward_in_each_prompts_group():
+    from mascot.annotate.director import Directive
+    from mascot.policy.director import choice_record
+
+    def d(agent):
+        return Directive(agent, "ask", "warm")
+
+    record = choice_record([d("The Beacon"), d("The Anchor"), d("The Beacon"), None],
+                           [3.0, 1.0, 5.0, 5.0], [[0, 1], [2, 3]])
+    assert record["chosen"] == {"The Beacon": 2, "The Anchor": 1, "(unparsed)": 1}
+    assert record["advantage"] == {"The Beacon": 0.5, "The Anchor": -1.0, "(unparsed)": 0.0}
+    assert record["reward_spread_within_groups"] == 0.5

@@ -172,8 +172,10 @@ def test_stage_two_judge_is_set_against_the_seekers_survey():
     scores = [{"status": "scored", "total_reward": i["survey"]["empathy"] if t == "reference" else 1.0}
               for i in items for t in ("reference", "echo")]
     fig = survey_agreement(items, variants, scores)
-    assert fig["empathy"]["mean"] == 1.0 and fig["empathy"]["n"] == 12
-    assert fig["relevance"]["n"] == 0 and fig["relevance"]["mean"] is None
+    assert fig["empathy"]["spearman"]["mean"] == 1.0 and fig["empathy"]["spearman"]["n"] == 12
+    # the pair figure: every two conversations 2 or more apart in empathy, the better-rated scored higher
+    assert fig["empathy"]["pairs"]["mean"] == 1.0 and fig["empathy"]["pairs"]["n"] > 0
+    assert fig["relevance"]["spearman"]["n"] == 0 and fig["relevance"]["spearman"]["mean"] is None
 
 
 def test_a_dialogue_without_ratings_gives_no_items():
@@ -188,7 +190,7 @@ def test_promotion_carries_the_human_figure_and_a_bar_can_require_it():
              "human_pairs_conversations": 14, "human_length_baseline": 0.58, "human_pairs_controlled": 0.55,
              "human_pairs_controlled_n": 25}
     ok, reason = human_gate(True, "eval accuracy 0.8", human, None, "point")
-    assert ok and "human pairs 0.62 [0.51, 0.72] on 60 held-out pairs of 14 conversations" in reason
+    assert ok and "human pairs 0.62 [0.51, 0.72] on 60 untrained pairs of 14 conversations" in reason
     ok, reason = human_gate(True, "eval accuracy 0.8", human, 0.55, "lower_bound")
     assert not ok and "its lower bound 0.51 is below promote.min_human_agreement 0.55" in reason
     assert human_gate(True, "r", human, 0.55, "point")[0]

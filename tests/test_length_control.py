@@ -98,17 +98,58 @@ def test_a_calibration_without_length_to_fit_says_what_to_change():
         LengthCalibration([24.0] * 10, [0.5] * 10)
 
 
-def test_the_director_has_no_length_calibration_and_names_the_key(repo_root):
+def test_the_directors_length_lever_reads_the_blocks_words_and_measures_when_off(repo_root):
+    """The Director's length_calibration is its own: only within_group (a directive's words are not what the group
+    reward model reads); the speaker's base_policy_fit is refused there, naming the key."""
     import pytest
     import yaml
 
     from mascot.config import ConfigError, parse_params
 
     raw = yaml.safe_load((repo_root / "params.yaml").read_text())
-    assert parse_params(raw).grpo.length_calibration.enabled is True  # the shipped default
-    raw["train_director"]["length_calibration"] = {"enabled": True}
-    with pytest.raises(ConfigError, match=r"train_director\.length_calibration"):
+    params = parse_params(raw)
+    assert params.grpo.length_calibration.enabled is True  # the shipped default
+    assert params.train_director.length_calibration.method == "within_group"
+    raw["train_director"]["length_calibration"] = {"enabled": True, "method": "base_policy_fit"}
+    with pytest.raises(ConfigError, match=r"train_director\.length_calibration\.method"):
         parse_params(raw)
+
+
+def test_the_directors_reward_takes_the_blocks_length_slope_off_within_each_group(monkeypatch, personas):
+    """Two prompts, three directives each; the reward model pays 1 a block word: with the lever the scores of a
+    group no longer rise with its blocks' words (the group's mean kept), without it they do, and the slope is
+    measured either way."""
+    import json
+
+    from mascot.config import DirectorParams
+    from mascot.policy import director
+
+    words = {"The Anchor": 2, "The Beacon": 5, "Action Guide": 9}
+
+    def roll_forward(branches, turns, follow, speaker, personas, sampling, first):
+        for b, d in zip(branches, first):
+            agent = d.split("\n")[0].split(":", 1)[1].strip()
+            b.turns = b.turns + [{"role": "agent", "speaker": agent, "text": " ".join(["w"] * words[agent])}]
+
+    class Scorer:
+        def score(self, items):
+            return [float(sum(len(m["content"].split()) for m in block)) for _, _, block in items]
+
+    monkeypatch.setattr(director, "roll_forward", roll_forward)
+    monkeypatch.setattr(director, "LLMDirector", lambda *a, **k: None)
+    completions = [f" {a}\nAction: ask\nTone: warm" for a in words] * 2  # after the prompt's "Agent:"
+    prompts = ["p1"] * 3 + ["p2"] * 3
+    kw = dict(query_id=["q1"] * 3 + ["q2"] * 3, context=[json.dumps([{"role": "user", "content": "hi"}])] * 6,
+              turns=["[]"] * 6)
+    for enabled in (False, True):
+        p = DirectorParams(length_calibration={"enabled": enabled})
+        reward = director.make_director_rewards(Scorer(), None, personas, p, None, floor=0.0)[0]
+        scores = reward(prompts=prompts, completions=completions, **kw)
+        assert reward.length["slopes"] and all(abs(x - 1.0) < 1e-9 for x in reward.length["slopes"])
+        if enabled:
+            assert max(scores[:3]) - min(scores[:3]) < 1e-9 and abs(sum(scores[:3]) / 3 - 16 / 3) < 1e-9
+        else:
+            assert scores[:3] == [2.0, 5.0, 9.0]
 
 
 def test_the_length_controls_judge_pays_the_feature_and_each_word_within_the_scale():

@@ -176,3 +176,38 @@ def test_a_speaker_and_a_judge_on_one_model_share_one_copy(tiny_model_dir):
     other = LocalBackend(LLMEndpoint(model=str(tiny_model_dir), batch_size=10, dtype="bfloat16"))
     assert speaker.model is judge.model and other.model is not speaker.model
     assert (speaker.batch_size, judge.batch_size) == (64, 10)  # each keeps its own settings
+
+
+def test_the_nucleus_sampler_draws_what_transformers_temperature_and_top_p_draw():
+    """mascot/llm/nucleus.py draws among the first k tokens where the nucleus fits in them, and over the whole
+    vocabulary where it does not: the frequencies of its draws match transformers' TemperatureLogitsWarper +
+    TopPLogitsWarper distribution, nothing outside the nucleus is ever drawn, and top_p 1 is the whole softmax."""
+    import torch
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+    from mascot.llm.nucleus import NucleusSampler
+
+    torch.manual_seed(0)
+    vocab = 3000
+    peaked = torch.randn(1, vocab) * 6  # a nucleus of a few tokens: inside the first k
+    flat = torch.randn(1, vocab) * 0.5  # a nucleus of thousands: past the first k, done over the whole row
+    for scores, top_p in ((peaked, 0.9), (flat, 0.9), (peaked, 1.0)):
+        expected = TopPLogitsWarper(top_p)(None, TemperatureLogitsWarper(0.8)(None, scores.clone())).softmax(-1)[0]
+        sampler = NucleusSampler(0.8, top_p, first_k=16)
+        rows = scores.repeat(4000, 1)
+        out = sampler(None, rows)
+        assert torch.equal((out == 0).sum(-1), torch.ones(4000, dtype=torch.long))  # one finite token a row
+        drawn = torch.bincount(out.argmax(-1), minlength=vocab).float() / 4000
+        assert drawn[expected == 0].sum() == 0  # never outside the nucleus
+        assert (drawn - expected).abs().max() < 0.03, (top_p, (drawn - expected).abs().max())
+        if scores is flat and top_p < 1:
+            assert (expected > 0).sum() > 16  # this case did go past the first k
+
+
+def test_a_seeded_batch_samples_the_same_text_again(tiny_backend):
+    """Generation draws through the nucleus sampler under the batch's own seed: the same request, the same text."""
+    from mascot.llm.backend import SampleRequest
+
+    requests = [SampleRequest("Person: hello\nThe Anchor:", n=3, temperature=0.9, top_p=0.95, max_tokens=8, seed=5)]
+    first, again = tiny_backend.sample(requests), tiny_backend.sample(requests)
+    assert [c.text for c in first[0]] == [c.text for c in again[0]]

@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import free_port, ran_stages, sh
+from tests.conftest import log_offset, ran_stages, sh
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
 ALL_STAGES = {"base_model", "small_model", "prepare", "human_set", "generate", "judge_check", "score", "pairs", "validate",
               "train_rm", "promote", "train_grpo", "evaluate", "episodes", "judge_check_group", "score_group", "pairs_group",
               "validate_group", "train_group_rm", "promote_group", "train_director", "evaluate_group"}
@@ -27,16 +25,16 @@ RECORDS = ["data/candidates.jsonl", "data/scores.jsonl", "data/group/episodes.js
 
 
 @pytest.fixture(scope="module")
-def rehearsal(repo_root, tmp_path_factory):
+def rehearsal(repo_root, tmp_path_factory, tiny_model_dir, vllm_server):
     from benchmarks.pipeline_copy import fresh_pipeline_copy
-    from mascot.ops.serve import ServeConfig, VLLMServer
 
-    if not VLLM_PYTHON.exists():
-        pytest.skip(f"{VLLM_PYTHON} not found: create the serving environment with `make vllm-env`")
     work = tmp_path_factory.mktemp("rehearsal") / "repo"
     env = fresh_pipeline_copy(repo_root, work, MASCOT_REQUEST_LOG=str(work / ".mascot/requests.jsonl"))
-    url = f"http://127.0.0.1:{free_port()}/v1"
-    overlay = {"base_model": {"source": "tiny", "tiny_hidden_size": 64},
+    url = vllm_server.base_url
+    # the session's server (tests/conftest.py) serves the tiny model as "models/base", the name the rehearsal's
+    # profile gives the speaker and the judge; base_model copies that same model into models/base, which the
+    # reward models, GRPO and the Director train on
+    overlay = {"base_model": {"source": "path", "path": str(tiny_model_dir)},
                "llm": {"speaker": {"base_url": url}, "judge": {"base_url": url}},
                # a random-weight judge is at chance and its json scores are often constant: the gates' code
                # runs, at bars it can pass
@@ -45,21 +43,18 @@ def rehearsal(repo_root, tmp_path_factory):
                "pairs": {"score_margin": 0.0}, "group_pairs": {"score_margin": 0.0}}
     (work / "profiles/ci-tiny.yaml").write_text(yaml.safe_dump(overlay))
     print(sh("mascot profile real rehearsal ci-tiny", work, env))
-    first = sh("dvc repro base_model small_model", work, env)
-    log = work / ".mascot/vllm.log"
-    server = VLLMServer(ServeConfig(model=str(work / "models/base"), served_model_name="models/base",
-                                    port=int(url.rsplit(":", 1)[1].split("/")[0]), max_model_len=4096,
-                                    python=str(VLLM_PYTHON), log_path=str(log), ready_timeout_s=600))
-    server.start()
+    log = Path(vllm_server.cfg.log_path)
+    start = log_offset(vllm_server)
     try:
-        rest = sh("dvc repro", work, env)
+        out = sh("dvc repro", work, env)
         again = sh("dvc repro", work, env)
     except AssertionError:
         print(log.read_text()[-4000:] if log.exists() else "no server log")
         raise
-    finally:
-        server.stop()
-    return work, env, first + rest, again, log.read_text()
+    with log.open("rb") as fh:  # what the server logged while this chain ran
+        fh.seek(start)
+        server_log = fh.read().decode("utf-8", errors="replace")
+    return work, env, out, again, server_log
 
 
 def test_every_stage_runs_through_the_server(rehearsal):
@@ -147,7 +142,7 @@ open(".mascot/check.json", "w").write(json.dumps(out))
     lock = (work / "dvc.lock").read_text()
     assert out["mascot-persona-rm"]["version"] == out["mascot-group-rm"]["version"] == "1"
     assert out["mascot-persona-rm"]["tags"]["pairs_md5"] in lock and "champion_reason" in out["mascot-persona-rm"]["tags"]
-    assert out["mascot-persona-rm"]["tags"]["base_model_source"] == "tiny"
+    assert out["mascot-persona-rm"]["tags"]["base_model_source"] == "path"  # the session server's tiny model
     assert out["mascot-speaker"]["tags"]["reward_model_uri"] == "models:/mascot-persona-rm@champion"
     assert out["mascot-director"]["tags"]["reward_model_uri"] == "models:/mascot-group-rm@champion"
     for rel in RECORDS:

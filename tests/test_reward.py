@@ -97,6 +97,45 @@ def test_train_changes_lora_and_head_and_reloads_identically(tiny_model_dir, per
     assert m["eval_mean_margin"] > 0
 
 
+def test_a_shallow_reward_model_trains_on_the_bases_first_layers_and_reloads_as_trained(tiny_model_dir, personas,
+                                                                                         tmp_path, monkeypatch):
+    """train_rm.keep_layers: the reward model reads only the base's first N decoder layers; the adapter's meta says
+    N and every load takes the same N (the reload scores as training did); a base with fewer layers keeps all."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    import json
+
+    import mlflow
+
+    from mascot.reward.scorer import load_base_classifier
+    from mascot.reward.train import probe_items
+
+    params = TrainRMParams(base_model=str(tiny_model_dir), batch_size=2, learning_rate=5e-3, epochs=1, max_length=512,
+                           eval_steps=50, checkpoint_steps=1000, lora=LoraParams(r=4, alpha=8), keep_layers=1)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    with mlflow.start_run():
+        result = train_reward_model(make_pairs(personas), personas, params, tmp_path / "rm", tmp_path / "ckpt")
+    assert json.loads((tmp_path / "rm/mascot_reward.json").read_text())["keep_layers"] == 1
+    again = RewardScorer.from_dir(tmp_path / "rm")
+    assert again.model.get_base_model().config.num_hidden_layers == 1
+    assert again.score(probe_items(personas)) == pytest.approx(result["probe_scores"], abs=1e-5)
+    tokenizer = again.tokenizer
+    assert load_base_classifier(str(tiny_model_dir), tokenizer, keep_layers=8).config.num_hidden_layers == 2
+
+
+def test_length_grouped_batches_pad_less_and_keep_every_row_once():
+    from mascot.reward.train import length_grouped
+
+    rows = [{"chosen_ids": [0] * n, "rejected_ids": [0] * (n // 2), "k": k} for k, n in
+            enumerate([5, 90, 7, 88, 12, 70, 6, 95, 9, 80, 11, 60] * 4)]
+    grouped = length_grouped(rows, batch_size=4, seed=0, megabatch=12)
+    assert sorted(r["k"] for r in grouped) == sorted(r["k"] for r in rows)
+
+    def padded(order):
+        return sum(max(len(r["chosen_ids"]) for r in order[i: i + 4]) * 4 for i in range(0, len(order), 4))
+    assert padded(grouped) < 0.75 * padded(rows)
+    assert length_grouped(rows, 4, seed=0, megabatch=12) == grouped  # seeded
+
+
 def test_training_throughput_counts_pairs_trained_per_second_of_training():
     from mascot.config import TrainRMParams
     from mascot.reward.train import training_throughput
@@ -181,6 +220,40 @@ def test_probe_takes_the_registered_model_name_from_the_uri():
         parse_model_uri("runs:/abc/model")
 
 
+def test_a_point_bar_decides_only_where_the_interval_can_tell():
+    """Under bar_on point an accuracy whose interval holds the threshold is "too few to tell": promoted, in those
+    words, whichever side of the bar the point falls (the CPU default's 10 judge pairs, 0.4 [0.0, 0.8], stopped
+    `make repro` on one machine and not another); an interval wholly below the bar is refused; one wholly above
+    passes without the words. The same for the length baseline, which needs the interval above it."""
+    from mascot.registry import gate_decision
+
+    def m(acc, low, high, n=40, baseline=None):
+        return {"accuracy": acc, "accuracy_ci_low": low, "accuracy_ci_high": high, "pairs": n, "mean_margin": 0.1,
+                "length_baseline_accuracy": baseline}
+
+    ok, why, untold = gate_decision(m(0.4, 0.0, 0.8, n=10), None, 0.5, bar_on="point", min_n=10)
+    assert ok and untold == ["the threshold 0.5000"] and "too few to tell" in why and "its interval holds it" in why
+    ok, why, untold = gate_decision(m(0.62, 0.45, 0.78), None, 0.5, bar_on="point", min_n=10)
+    assert ok and untold and "too few to tell" in why
+    ok, why, untold = gate_decision(m(0.3, 0.2, 0.42), None, 0.5, bar_on="point", min_n=10)
+    assert not ok and "below the threshold 0.5000, its whole interval too" in why
+    ok, why, untold = gate_decision(m(0.7, 0.6, 0.8), None, 0.5, bar_on="point", min_n=10)
+    assert ok and not untold and "too few" not in why
+    # the baseline: an interval that holds it is said, one at or below it refuses, one above it passes
+    ok, why, untold = gate_decision(m(0.7, 0.6, 0.8, baseline=0.65), None, 0.5, True, "point", 10)
+    assert ok and "whether it learned length" in why and len(untold) == 1
+    assert not gate_decision(m(0.7, 0.6, 0.8, baseline=0.85), None, 0.5, True, "point", 10)[0]
+    assert gate_decision(m(0.7, 0.6, 0.8, baseline=0.55), None, 0.5, True, "point", 10)[2] == []
+    # under lower_bound nothing changed: the interval's lower bound holds the bar, and too few refuses
+    assert not gate_decision(m(0.62, 0.45, 0.78), None, 0.5, bar_on="lower_bound", min_n=10)[0]
+    assert not gate_decision(m(0.9, 0.6, 1.0, n=8), None, 0.5, bar_on="lower_bound", min_n=10)[0]
+    assert gate_decision(m(0.7, 0.6, 0.8), None, 0.5, bar_on="lower_bound", min_n=10)[0]
+    # against the champion, point against point; on pairs that cannot tell, said
+    ok, why, _ = gate_decision(m(0.4, 0.0, 0.8, n=10), {"accuracy": 0.5, "mean_margin": 0.1}, 0.0, bar_on="point",
+                               min_n=10)
+    assert not ok and "too few to tell on 10 pairs: the champion stays" in why
+
+
 def test_promotion_on_too_few_pairs_says_so_and_the_interval_bar_refuses():
     """Eight eval pairs, seven right: on the point estimate the version is promoted, and the reason says it was
     on too few pairs to tell; with the bar on the interval's lower bound it is refused, in those words."""
@@ -189,7 +262,8 @@ def test_promotion_on_too_few_pairs_says_so_and_the_interval_bar_refuses():
     assert m["pairs"] == 8 and m["accuracy"] == 0.875 and m["accuracy_too_few_to_tell"]
     assert m["accuracy_ci_low"] is not None and m["accuracy_ci_low"] < 0.875 < m["accuracy_ci_high"] + 1e-9
     ok, why = decide_promotion(m, None, 0.5, bar_on="point", min_n=10)
-    assert ok and "promoted on too few pairs to tell (n 8 < stats.min_n 10)" in why and "on 8 pairs" in why
+    assert ok and "promoted, too few to tell against the threshold 0.5000 (n 8 < stats.min_n 10" in why
+    assert "on 8 pairs" in why
     ok, why = decide_promotion(m, None, 0.5, bar_on="lower_bound", min_n=10)
     assert not ok and "too few to tell (n 8 < stats.min_n 10)" in why
     many = pair_metrics(pairs * 3, [1.0] * 21 + [0.0] * 3, [0.0] * 21 + [1.0] * 3)

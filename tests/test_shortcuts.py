@@ -44,7 +44,11 @@ def test_on_too_few_pairs_the_length_baseline_is_said_not_decided_under_a_point_
     tie = {"accuracy": 0.5, "mean_margin": 0.1, "length_baseline_accuracy": 0.5, "pairs": 6,
            "accuracy_ci_low": 0.5, "accuracy_ci_high": 0.5}
     ok, reason = decide_promotion(tie, None, 0.5, beat_length_baseline=True, bar_on="point", min_n=10)
-    assert ok and "not above the longer-reply-wins baseline 0.5000" in reason and "too few pairs to tell" in reason
-    # at min_n pairs and more it still refuses; an interval bar refuses below min_n anyway
+    assert ok and "not above the longer-reply-wins baseline 0.5000" in reason and "too few to tell" in reason
+    # at min_n pairs and more it refuses where its interval cannot reach above the baseline (here a point); an
+    # interval bar refuses below min_n anyway
     assert not decide_promotion({**tie, "pairs": 10}, None, 0.5, beat_length_baseline=True, min_n=10)[0]
+    wide = {**tie, "pairs": 10, "accuracy_ci_low": 0.2, "accuracy_ci_high": 0.8}
+    ok, reason = decide_promotion(wide, None, 0.5, beat_length_baseline=True, min_n=10)
+    assert ok and "too few to tell" in reason  # the 0.5 of 10: its interval holds everything
     assert not decide_promotion(tie, None, 0.5, beat_length_baseline=True, bar_on="lower_bound", min_n=10)[0]

@@ -44,6 +44,55 @@ def test_esconv_bad_speaker_names_row(tmp_path):
         load_esconv(path, BadRows())
 
 
+def test_esconv_as_the_hub_ships_it_json_lines_usr_sys_text(tmp_path):
+    """thu-coai/esconv on the hub: one conversation a line, roles usr/sys, a turn's words in `text`, the seeker's
+    survey as strings; read by the same `format: esconv`, ids by line."""
+    path = tmp_path / "esconv-hub-valid.jsonl"
+    conv = {"emotion_type": "anxiety", "problem_type": "job crisis", "situation": "laid off",
+            "survey_score": {"seeker": {"initial_emotion_intensity": "4", "empathy": "5", "relevance": "4",
+                                        "final_emotion_intensity": "2"}, "supporter": {"relevance": "5"}},
+            "dialog": [{"text": "Hi.\n", "speaker": "usr"}, {"text": "Hello, how are you?", "speaker": "sys",
+                                                            "strategy": "Question"},
+                       {"text": "I lost my job.", "speaker": "usr"}, {"text": "I'm sorry.", "speaker": "sys"}],
+            "seeker_question1": "", "supporter_question1": ""}
+    path.write_text(json.dumps(conv) + "\n\n" + json.dumps({**conv, "survey_score": None}) + "\n")
+    first, second = load_esconv(path, BadRows())
+    assert (first.id, second.id) == ("esconv-hub-valid-0", "esconv-hub-valid-2")  # by line, a blank one counted
+    assert [t.role for t in first.turns] == ["user", "assistant", "user", "assistant"]
+    assert first.turns[0].content == "Hi." and first.metadata["problem_type"] == "job crisis"
+    assert first.metadata["survey_score"] == {"empathy": 5.0, "relevance": 4.0, "initial_emotion_intensity": 4.0,
+                                              "final_emotion_intensity": 2.0, "emotion_drop": 2.0}
+    assert "survey_score" not in second.metadata
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"dialog": [{"speaker": "usr"}]}', r"bad.jsonl:2 dialog\[0\]: no 'content' or 'text' field"),
+    ('{"dialog": [{"speaker": "bot", "text": "x"}]}', r"bad.jsonl:2 dialog\[0\]: unknown speaker 'bot'"),
+    ('{"dialog": [{"speaker": "usr", "text": 3}]}', r"bad.jsonl:2 dialog\[0\]: field 'text' must be a string"),
+    ('{"dialog": "hello"}', r"bad.jsonl:2: field 'dialog'"),
+    ('{"dialog": [', r"bad.jsonl:2: not valid JSON"),
+])
+def test_a_bad_hub_row_names_its_line_and_field_and_can_be_skipped(tmp_path, line, message):
+    good = json.dumps({"dialog": [{"speaker": "usr", "text": "hi"}, {"speaker": "sys", "text": "hello"}]})
+    path = tmp_path / "bad.jsonl"
+    path.write_text(good + "\n" + line + "\n" + good + "\n")
+    with pytest.raises(InputError, match=message):
+        load_esconv(path, BadRows())
+    skipped = BadRows(skip=True)
+    assert [d.id for d in load_esconv(path, skipped)] == ["bad-0", "bad-2"]  # nothing else lost
+    assert len(skipped.messages) == 1
+
+
+def test_the_shipped_hub_copies_read_whole(corpora):
+    """data/corpora holds the hub's train and validation splits as shipped (README: licence, attribution)."""
+    train = load_esconv(corpora / "esconv-hub-train.jsonl", BadRows())
+    valid = load_esconv(corpora / "esconv-hub-valid.jsonl", BadRows())
+    assert (len(train), len(valid)) == (910, 195)
+    surveyed = [d for d in train + valid if "empathy" in d.metadata.get("survey_score", {})]
+    assert len(surveyed) >= 900
+    assert all(a.role != b.role for d in train for a, b in zip(d.turns, d.turns[1:]))
+
+
 def test_qmsum_sample_window_within_budget(corpora):
     dialogues = load_qmsum(corpora / "qmsum-val.jsonl", BadRows())
     assert dialogues and all(d.source == "qmsum" for d in dialogues)
@@ -99,3 +148,27 @@ def test_queries_end_in_user_within_budget(repo_root, personas):
         assert sum(words(m["content"]) for m in q["context"]) <= 20 + 1  # +1: the "…" marker of a cut
         assert len(q["personas"]) == 2 and set(q["personas"]) <= set(personas)
     assert len({q["query_id"] for q in queries}) == len(queries)
+
+
+def test_a_source_can_decide_its_conversations_split(corpora):
+    """prepare.sources[].heldout: the hub's validation split held out whole, its train split never; a source
+    without the key goes by the hash rule. Queries and rated turns carry the mark, and every stage's rule reads it."""
+    from mascot.config import HeldOutParams, SourceSpec
+    from mascot.data.human_ratings import build_human_set
+    from mascot.data.prepare import load_source
+    from mascot.splits import is_held_out
+
+    heldout = HeldOutParams(fraction=0.25, seed=0)
+    count = words
+    valid = load_source(SourceSpec(format="esconv", path=str(corpora / "esconv-hub-valid.jsonl"), heldout=True), BadRows())
+    train = load_source(SourceSpec(format="esconv", path=str(corpora / "esconv-hub-train.jsonl"), heldout=False,
+                                   limit=50), BadRows())
+    hashed = load_source(SourceSpec(format="esconv", path=str(corpora / "esconv-sample.json")), BadRows())
+    for dialogues, expected in ((valid, {True}), (train, {False}), (hashed, {True, False})):
+        queries = build_queries(dialogues, ["The Anchor"], 64, count, max_queries=None)
+        assert {is_held_out(q, heldout) for q in queries} == expected
+    items = build_human_set(hashed, 64, count, "The Anchor")
+    assert "heldout" not in items[0]
+    marked = build_human_set(load_source(SourceSpec(format="esconv", path=str(corpora / "esconv-sample.json"),
+                                                    heldout=True), BadRows()), 64, count, "The Anchor")
+    assert marked and all(is_held_out(i, heldout) for i in marked)

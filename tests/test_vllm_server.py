@@ -20,31 +20,14 @@ from mascot.annotate.rubric import PERSONA
 from mascot.annotate.score import score_candidates
 from mascot.config import GenerateParams, LLMEndpoint, ScoreParams
 from mascot.llm.openai_backend import OpenAIBackend
-from mascot.ops.serve import ServeConfig, VLLMServer
-from mascot.ops.processes import group_pids
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
 
 
 @pytest.fixture(scope="module")
-def vllm(tiny_model_dir, tmp_path_factory):
-    if not VLLM_PYTHON.exists():
-        pytest.skip(f"{VLLM_PYTHON} not found: create the serving environment with `make vllm-env`")
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    server = VLLMServer(ServeConfig(model=str(tiny_model_dir), served_model_name="tiny", port=free_port(),
-                                    max_model_len=4096, python=str(VLLM_PYTHON), log_path=str(log),
-                                    ready_timeout_s=600))
-    try:
-        server.start()
-    except Exception:
-        print(log.read_text()[-5000:] if log.exists() else "no log")
-        raise
-    yield server
-    pgid = server.proc.pid
-    server.stop()
-    assert not group_pids(pgid), "vLLM left processes behind"
+def vllm(vllm_server):
+    """The session's server (tests/conftest.py), shared with the rehearsal."""
+    return vllm_server
 
 
 def endpoint(server, **kw):

@@ -22,14 +22,15 @@ from pathlib import Path
 from statistics import fmean
 
 from mascot.annotate.function_judge import scorer_for
+from mascot.annotate.survey import describe_survey, flat_survey_figures, survey_figures
 from mascot.annotate.score import resolve_prompt_style, score_units
 from mascot.config import Params, ScoreParams
 from mascot.data import human_ratings
 from mascot.granularity import Granularity, REPLY
 from mascot.io import load_jsonl
 from mascot.splits import is_held_out
-from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_spearman_with_ci, correlation_matrix, equal_length_figures,
-                          first_component_share, mean_with_ci, pairwise_wins, spearman)
+from mascot.stats import (DEFAULT_MIN_N, correlation_matrix, equal_length_figures, first_component_share, mean_with_ci,
+                          pairwise_wins, spearman)
 
 
 def _by_item(candidates: list[dict], scores: list[dict]) -> dict[str, dict[str, dict]]:
@@ -124,24 +125,20 @@ def choose_style(by_style: dict[str, dict], g: Granularity = REPLY) -> str:
     return max(by_style, key=lambda s: merit(by_style[s]))
 
 
-def survey_agreement(items: list[dict], variants: list[dict], scores: list[dict], min_n: int = DEFAULT_MIN_N) -> dict:
-    """Stage 2 against people: Spearman of the judge's total for each item's human block and the seekers' survey
-    of that conversation (empathy, relevance), with intervals over conversations (one block per conversation)."""
+def survey_agreement(items: list[dict], variants: list[dict], scores: list[dict], min_gap: float = 2,
+                     min_n: int = DEFAULT_MIN_N) -> dict:
+    """Stage 2 against people: the judge's total for each item's human block against the seekers' survey of that
+    conversation (mascot/annotate/survey.py: Spearman and the pair figure per survey key, intervals over
+    conversations; one block per conversation)."""
     survey = {i["item_id"]: (i.get("survey") or {}, i.get("conversation_id", i["item_id"])) for i in items}
-    refs = [(survey[v["query_id"]], s["total_reward"]) for v, s in zip(variants, scores)
-            if v["reply_type"] == "reference" and s["status"] == "scored"]
-    out = {}
-    for key in ("empathy", "relevance"):
-        have = [((sv, conv), total) for (sv, conv), total in refs if sv.get(key) is not None]
-        out[key] = cluster_spearman_with_ci([t for _, t in have], [sv[key] for (sv, _), _ in have],
-                                            [conv for (_, conv), _ in have], min_n=min_n)
-    return out
+    return survey_figures([(*survey[v["query_id"]], s["total_reward"]) for v, s in zip(variants, scores)
+                           if v["reply_type"] == "reference" and s["status"] == "scored"], min_gap, min_n)
 
 
 def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams, backend, styles: list[str],
                     modes: list[str], journal_for=None, g: Granularity = REPLY, rubric=None,
-                    human_items: list[dict] | None = None, min_gap: int = 2, min_n: int = DEFAULT_MIN_N
-                    ) -> tuple[dict, dict[tuple[str, str], list[dict]], list[dict]]:
+                    human_items: list[dict] | None = None, min_gap: int = 2, min_n: int = DEFAULT_MIN_N,
+                    survey_min_gap: float = 2) -> tuple[dict, dict[tuple[str, str], list[dict]], list[dict]]:
     """Score the reference items in every (format, mode) on `rubric` (default: the granularity's shipped one);
     `journal_for(style, mode, part)` gives each run its journal (part: "reference" or "human"). `human_items`
     (stage 1): rated supporter turns, scored too and measured against their ratings (figures under "human";
@@ -160,7 +157,8 @@ def run_judge_check(items: list[dict], personas: dict, score_params: ScoreParams
             raw[(style, mode)] = score_units(units, rubric, params, backend, journal, prompt_style=style)
             per_mode[mode] = analyse(candidates, raw[(style, mode)], mode, g, rubric.dimensions, min_n)
             if g.survey_ratings:
-                per_mode[mode]["survey"] = survey_agreement(items, candidates, raw[(style, mode)], min_n)
+                per_mode[mode]["survey"] = survey_agreement(items, candidates, raw[(style, mode)], survey_min_gap,
+                                                            min_n)
             if human_items:
                 journal = journal_for(style, mode, "human") if journal_for else None
                 records = score_units(human_units, rubric, params, backend, journal, prompt_style=style)
@@ -191,9 +189,8 @@ def headline(fig: dict, g: Granularity = REPLY) -> dict:
     out["length_probe_up_fraction"] = fig["length_probe"]["up_fraction"]
     if fig.get("human"):
         out.update(human_headline(fig["human"]))
-    for key, rho in (fig.get("survey") or {}).items():
-        out.update({f"survey_{key}_spearman": rho["mean"], f"survey_{key}_spearman_ci_low": rho["ci_low"],
-                    f"survey_{key}_spearman_ci_high": rho["ci_high"], f"survey_{key}_n": rho["n"]})
+    if fig.get("survey"):
+        out.update(flat_survey_figures(fig["survey"]))
     return out
 
 
@@ -284,7 +281,9 @@ def summarise(report: dict, raw: dict, candidates: list[dict], items: list[dict]
     main_fig = report["by_prompt_style"][chosen][modes[0]]
     metrics = {"judge_model": judge_model, "rubric": rubric.name, "mode": modes[0], "chosen_prompt_style": chosen,
                "items_dialogue": sum(i["kind"] == "dialogue" for i in items),
-               "items_qa": sum(i["kind"] == "qa" for i in items), **headline(main_fig, g),
+               "items_qa": sum(i["kind"] == "qa" for i in items),
+               **({"items_survey": n} if (n := sum(i["kind"] == "survey" for i in items)) else {}),
+               **headline(main_fig, g),
                "by_prompt_style": {f"{s}/{m}": headline(report["by_prompt_style"][s][m], g) for s in styles for m in modes}}
     if human_items:
         metrics.update(human_items=len(human_items), chosen_by="human_pairs")
@@ -312,12 +311,7 @@ def describe_check(stage: str, metrics: dict, report: dict, items: list[dict], s
                                  for s in styles for m in modes))
     elif g.survey_ratings:
         lines.append(f"{stage}: against the seekers' survey of each conversation: " + "; ".join(
-            f"{run_key}: " + ", ".join(
-                f"{key} Spearman {f.get(f'survey_{key}_spearman')} [{f.get(f'survey_{key}_spearman_ci_low')}, "
-                f"{f.get(f'survey_{key}_spearman_ci_high')}] (n {f.get(f'survey_{key}_n')}"
-                + (f"; {TOO_FEW}" if (f.get(f"survey_{key}_n") or 0) < min_n else "") + ")"
-                for key in ("empathy", "relevance"))
-            for run_key, f in metrics["by_prompt_style"].items()))
+            f"{run_key}: {describe_survey(f, min_n=min_n)}" for run_key, f in metrics["by_prompt_style"].items()))
     elif g.human_ratings:
         lines.append(f"{stage}: no human reference set (the human_set stage's items are missing or empty): the judge is measured "
                      "against no people")

@@ -154,9 +154,12 @@ def relabel(block: list[dict], like: list[dict]) -> list[dict]:
     return out
 
 
+SURVEY_KEYS = ("empathy", "relevance", "emotion_drop")  # what the seeker said of the whole conversation
+
+
 def build_block_reference_set(dialogues: list[Dialogue], persona_names: list[str], budget: int, count: CountTokens,
                               items: int, turns: int = 3, seed: int = 0, exclude: set[str] = frozenset(),
-                              min_chars: int = 20) -> list[dict]:
+                              min_chars: int = 20, survey_items: int = 0) -> list[dict]:
     """The collective judge's reference set: items `{item_id, source, kind, context, blocks: {variant: turns}}`.
     REFERENCE is the human supporter's actual next `turns` turns of an ESConv-like conversation, as a block of
     the companions; ECHO the same turns, each companion restating the first; OFF_TOPIC the next item's turns,
@@ -184,4 +187,29 @@ def build_block_reference_set(dialogues: list[Dialogue], persona_names: list[str
         item["blocks"]["redundant"] = redundant_block(ref)
         item["blocks"]["reference_padded"] = [{**m, "content": f"{m['content']} {NEUTRAL_SENTENCE}"}
                                               if m["role"] == "assistant" else dict(m) for m in ref]
+    return out + survey_set(convs, {i["conversation_id"] for i in out}, persona_names, budget, count, survey_items,
+                            turns, rng, min_chars, exclude)
+
+
+def survey_set(convs: list[Dialogue], taken: set[str], persona_names: list[str], budget: int, count: CountTokens,
+               limit: int, turns: int, rng: random.Random, min_chars: int, exclude: set[str]) -> list[dict]:
+    """`limit` more items (kind `survey`) from conversations that carry the seeker's survey and are neither
+    reference items nor the queries' (`exclude`): each its human block alone, what the judge and the group reward
+    model are held to the survey on. The queries' conversations are never taken: a group reward model trains on
+    their episodes."""
+    out: list[dict] = []
+    for d in convs:
+        if len(out) >= limit:
+            break
+        conv = d.metadata.get("conversation_id", d.id)
+        survey = d.metadata.get("survey_score") or {}
+        if conv in taken or d.id in exclude or not any(k in survey for k in SURVEY_KEYS):
+            continue
+        cut = _block_cut(d, rng, turns, min_chars)
+        if cut is None:
+            continue
+        out.append({"item_id": f"survey-{d.id}@{cut}", "source": d.source, "kind": "survey",
+                    "conversation_id": conv, "survey": survey,
+                    "context": context_window(d.turns[: cut + 1], budget, count),
+                    "blocks": {"reference": _as_block(d.turns[cut + 1: cut + 1 + turns], persona_names, 0)}})
     return out

@@ -40,7 +40,8 @@ def rated_items(dialogue: Dialogue, budget: int, count: CountTokens, persona: st
                       "corpus": corpus or dialogue.source,
                       "dialogue_id": dialogue.id, "conversation_id": dialogue.metadata.get("conversation_id", dialogue.id),
                       "persona": persona, "context": context_window(turns[: k - 1], budget, count),
-                      "reply": turns[k - 1].content, "rating": rating, "words": len(turns[k - 1].content.split())})
+                      "reply": turns[k - 1].content, "rating": rating, "words": len(turns[k - 1].content.split()),
+                      **({"heldout": dialogue.metadata["heldout"]} if "heldout" in dialogue.metadata else {})})
     return items
 
 

@@ -19,7 +19,11 @@ def load_source(spec: SourceSpec, bad: BadRows) -> list[Dialogue]:
     if spec.format != "hub-esconv" and not Path(spec.path).exists():
         raise InputError(f"{spec.path}: source file not found (prepare.sources, format {spec.format})")
     dialogues = LOADERS[spec.format](spec.path, bad)
-    return dialogues[: spec.limit] if spec.limit else dialogues
+    dialogues = dialogues[: spec.limit] if spec.limit else dialogues
+    if spec.heldout is not None:  # the source decides its conversations' split (mascot/splits.py is_held_out)
+        for d in dialogues:
+            d.metadata["heldout"] = spec.heldout
+    return dialogues
 
 
 def token_counter(tokenizer_path: str):

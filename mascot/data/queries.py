@@ -78,6 +78,11 @@ def cut_points(dialogue: Dialogue, per_dialogue: int, min_user_chars: int) -> li
     return sorted({with_history[len(with_history) - 1 - int(k * step)] for k in range(per_dialogue)})
 
 
+def _split_mark(d: Dialogue) -> dict:
+    """`heldout` where the dialogue's source decides its split (prepare.sources[].heldout), else nothing."""
+    return {"heldout": d.metadata["heldout"]} if "heldout" in d.metadata else {}
+
+
 def build_queries(dialogues: list[Dialogue], persona_names: list[str], budget: int, count: CountTokens,
                   per_dialogue: int = 1, personas_per_query: int = 1, max_queries: int | None = None,
                   min_user_chars: int = 2, seed: int = 0) -> list[dict]:
@@ -88,13 +93,13 @@ def build_queries(dialogues: list[Dialogue], persona_names: list[str], budget: i
             text = meeting_window(d.metadata["transcript"], d.metadata["focus_turns"], d.turns[-1].content,
                                   budget, count)
             queries.append({"query_id": d.id, "source": d.source, "dialogue_id": d.id,
-                            "conversation_id": d.metadata.get("conversation_id", d.id),
+                            "conversation_id": d.metadata.get("conversation_id", d.id), **_split_mark(d),
                             "context": [{"role": "user", "content": text}], "metadata": meta})
             continue
         for end in cut_points(d, per_dialogue, min_user_chars):
             context = context_window(d.turns[: end + 1], budget, count)
             queries.append({"query_id": f"{d.id}@{end}", "source": d.source, "dialogue_id": d.id,
-                            "conversation_id": d.metadata.get("conversation_id", d.id),
+                            "conversation_id": d.metadata.get("conversation_id", d.id), **_split_mark(d),
                             "context": context, "metadata": {**d.metadata, "turn_index": end}})
     return sample_queries(queries, persona_names, personas_per_query, max_queries, seed)
 

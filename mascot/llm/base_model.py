@@ -35,6 +35,7 @@ import tempfile
 import numpy
 
 from mascot.config import BaseModelParams
+from mascot.llm.identity import strip_runtime_keys
 
 # Gemma has no system role: a system message is folded into the first user turn, as Google's template does.
 GEMMA_CHAT_TEMPLATE = (
@@ -325,6 +326,7 @@ def run_base_model(params: BaseModelParams, corpus_lines: list[str], key: str = 
         record.update(keep_layers=params.keep_layers,
                       source_layers=keep_first_layers(staging, params.keep_layers, key))
     check_bos(staging)
+    strip_runtime_keys(staging)  # the same bytes for the same source, whatever HF_HUB_OFFLINE said (llm/identity.py)
     (staging / "mascot_source.json").write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     staging.rename(out_dir)

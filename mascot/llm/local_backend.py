@@ -14,6 +14,7 @@ from mascot import precision
 from mascot.llm.backend import (BackendStats, ChoiceDistribution, Completion, Prompt, SampleRequest, ends_in_assistant,
                                 strip_thinking)
 from mascot.llm.identity import local_identity
+from mascot.llm.nucleus import NucleusSampler
 from mascot.precision import dtype_name
 
 
@@ -150,18 +151,21 @@ class LocalBackend:
     def _generate(self, texts, temperature, top_p, max_tokens, stop, regex: str | None = None) -> list[Completion]:
         enc, cache = self._shared_prefill(texts)
         kwargs = dict(max_new_tokens=max_tokens, pad_token_id=self.tokenizer.pad_token_id)
+        processors = []
         if regex:
             from xgrammar.contrib.hf import LogitsProcessor
 
             # xgrammar's processor keeps matcher state: one per generate call
-            kwargs["logits_processor"] = [LogitsProcessor(self._compiled("regex", regex))]
+            processors.append(LogitsProcessor(self._compiled("regex", regex)))
         if cache is not None:
             kwargs["cache"] = cache
         if temperature > 0:
-            # top_k 0: no top-k cut, as vLLM and TRL sample; left unset, transformers' generate cuts at 50 tokens
-            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-        else:
-            kwargs.update(do_sample=False)
+            # temperature and top-p, no top-k cut (as vLLM and TRL sample), drawn among the most probable tokens by
+            # the last processor (mascot/llm/nucleus.py); generate then takes the drawn token greedily
+            processors.append(NucleusSampler(temperature, top_p))
+        kwargs.update(do_sample=False)
+        if processors:
+            kwargs["logits_processor"] = processors
         if stop:
             kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
         gen = self.model.generate(**enc, **kwargs)

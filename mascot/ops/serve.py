@@ -38,7 +38,7 @@ def visible_gpu_count() -> int:
 class ServeConfig:
     model: str = "Qwen/Qwen3-8B"
     revision: str | None = None  # a hub model's tag or commit (profiles/real.yaml pins it)
-    served_model_name: str | None = None
+    served_model_name: str | list[str] | None = None  # several: one model answers to each name
     host: str = "127.0.0.1"
     port: int = 8000
     tensor_parallel_size: int | None = None  # None: the visible GPUs divided by data_parallel_size
@@ -54,10 +54,15 @@ class ServeConfig:
     extra_args: list[str] = field(default_factory=list)
 
 
+def served_names(cfg: ServeConfig) -> list[str]:
+    name = cfg.served_model_name or cfg.model
+    return [name] if isinstance(name, str) else list(name)
+
+
 def build_command(cfg: ServeConfig, gpus: int) -> tuple[list[str], dict[str, str]]:
     cmd = [cfg.python, "-m", "vllm.entrypoints.openai.api_server", "--model", cfg.model,
            *(["--revision", cfg.revision] if cfg.revision else []),
-           "--served-model-name", cfg.served_model_name or cfg.model, "--host", cfg.host, "--port", str(cfg.port),
+           "--served-model-name", *served_names(cfg), "--host", cfg.host, "--port", str(cfg.port),
            "--max-model-len", str(cfg.max_model_len), "--max-logprobs", str(cfg.max_logprobs),
            "--structured-outputs-config",
            json.dumps({"backend": cfg.structured_outputs_backend, "disable_any_whitespace": True})]

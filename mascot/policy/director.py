@@ -18,6 +18,8 @@ from mascot.annotate.score import score_units
 from mascot.config import DirectorParams, Params
 from mascot.granularity import BLOCK
 from mascot.io import InputError
+from mascot.pairs import side_words
+from mascot.policy.rewards import within_group_length_removed
 from mascot.policy.watch.callback import JudgeMemo, Watch
 from mascot.policy.watch.kl import answers_and_kl
 from mascot.splits import held_out
@@ -78,6 +80,8 @@ def make_director_rewards(scorer, speaker_backend, personas: dict, params: Direc
     the group reward model's pay for a directive that does not parse (`unparseable_floor`)."""
     names = list(personas)
     completion_kinds = {"conversational": 0, "plain": 0}
+    length = {"slopes": []}  # each group's slope of reward on block words (kept across a resume: a counter)
+    choices = {"steps": []}  # per call (a GRPO step's batch): which agent each directive chose, and its reward
 
     def group_reward_model(prompts, completions, query_id, context, turns, **_) -> list[float]:
         branches = [Branch(q, i, json.loads(c), json.loads(t)) for i, (q, c, t) in enumerate(zip(query_id, context, turns))]
@@ -91,7 +95,21 @@ def make_director_rewards(scorer, speaker_backend, personas: dict, params: Direc
         # an unparseable directive has no block to score: at the run's floor, and below the worst parseable
         # directive of the same batch
         low = min([*([] if floor is None else [floor]), *(s - 1.0 for s in scores.values())], default=0.0)
+        if valid:  # the reward's slope on the block's words within each prompt's group: measured, and taken off on
+            words = [side_words(block_messages(branches[i].turns)) for i in valid]  # train_director.length_calibration
+            keyed: dict[str, list[int]] = {}
+            for k, i in enumerate(valid):  # one Director state (a prompt's group of directives): query and turns
+                keyed.setdefault(f"{query_id[i]}\0{turns[i]}", []).append(k)
+            choices["steps"].append(choice_record([_parsed(completions[i], names) for i in valid],
+                                                  [scores[i] for i in valid], list(keyed.values())))
+            adjusted, slopes = within_group_length_removed([scores[i] for i in valid], words, list(keyed.values()))
+            length["slopes"].extend(round(x, 6) for x in slopes)
+            if params.length_calibration.enabled:
+                scores = dict(zip(valid, adjusted))
         return [scores.get(i, low) for i in range(len(branches))]
+
+    group_reward_model.length = length
+    group_reward_model.choices = choices
 
     def directive_format(prompts, completions, **_) -> list[float]:
         for c in completions:
@@ -108,6 +126,37 @@ def make_director_rewards(scorer, speaker_backend, personas: dict, params: Direc
         return out
 
     return [group_reward_model, directive_format, speaker_diversity]
+
+
+def choice_record(directives: list, scores: list[float], groups: list[list[int]]) -> dict:
+    """One GRPO step's choices: how many directives named each agent, the group reward model's score centred in its
+    prompt's group (the part of GRPO's advantage the reward model gives) averaged per agent, and the score's mean
+    spread within groups (a group whose directives all score alike teaches nothing)."""
+    import numpy as np
+
+    centred, spreads = [0.0] * len(scores), []
+    for idx in groups:
+        values = np.asarray([scores[k] for k in idx], dtype=float)
+        spreads.append(float(values.std()))
+        for k, v in zip(idx, values - values.mean()):
+            centred[k] = float(v)
+    by_agent: dict[str, list[float]] = {}
+    for d, c in zip(directives, centred):
+        by_agent.setdefault(d.agent if d is not None else "(unparsed)", []).append(c)
+    return {"chosen": {a: len(v) for a, v in by_agent.items()},
+            "advantage": {a: round(sum(v) / len(v), 4) for a, v in by_agent.items()},
+            "reward_spread_within_groups": round(sum(spreads) / len(spreads), 4) if spreads else None}
+
+
+def length_figures(slopes: list[float], enabled: bool) -> dict:
+    """What the group reward model paid a block word inside a prompt's group of directives: over all groups, and the
+    first and last quarter of them (a slope that grows is a Director moving where length pays), and whether the
+    lever took it off."""
+    q = max(1, len(slopes) // 4)
+    mean = (lambda xs: round(sum(xs) / len(xs), 6) if xs else None)
+    return {"length_within_group_groups": len(slopes), "length_within_group_slope_per_word": mean(slopes),
+            "length_within_group_slope_first_quarter": mean(slopes[:q]),
+            "length_within_group_slope_last_quarter": mean(slopes[-q:]), "length_within_group_removed": enabled}
 
 
 def director_watch(params: Params, p: DirectorParams, queries: dict[str, dict], personas: dict, scorer, speaker, judge,

@@ -148,7 +148,8 @@ class EpochSampler(torch.utils.data.Sampler):
 
 def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: PolicyGRPOParams,
                  out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None,
-                 completion_regex: str | None = None, counters: dict[str, dict] | None = None) -> dict:
+                 completion_regex: str | None = None, counters: dict[str, dict] | None = None,
+                 extra_callbacks: list | None = None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
     the columns the reward functions read; `watch` (mascot/policy/watch/) checks the policy as it trains;
     `counters` (name -> {key: count}, dicts the reward functions count into) are kept across a resume."""
@@ -172,6 +173,7 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
     callbacks = [checkpoints.callback(save_state)]
     if watch is not None:
         callbacks.append(watch.callback(first_check=not watch_resumed))
+    callbacks += list(extra_callbacks or [])
     trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir, callbacks,
                                        completion_regex=completion_regex)
     if resume is not None:
@@ -258,6 +260,7 @@ class PolicyStage:
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (file, context) logged as MLflow datasets
     completion_regex: str | None = None  # rollouts decode under it (the Director's directive grammar)
     counters: dict[str, dict] = field(default_factory=dict)  # counts its figures report, kept across a resume
+    callbacks: list = field(default_factory=list)  # more TrainerCallbacks (a diagnostic probe), main rank only
 
 
 def run_policy_stage(params: Params, stage: PolicyStage, rows: list[dict]) -> tuple[dict, object]:
@@ -296,7 +299,7 @@ def run_policy_stage(params: Params, stage: PolicyStage, rows: list[dict]) -> tu
                              "prompts": len(rows), "world_size": world_size()})
         result = train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt,
                               meta={"stage": name}, watch=watch, completion_regex=stage.completion_regex,
-                              counters=stage.counters)
+                              counters=stage.counters, extra_callbacks=stage.callbacks)
         history = result["history"]
         metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": tags["reward_model_version"],
                    "reward_first_step": history[0]["reward"] if history else None,

@@ -8,12 +8,13 @@ from statistics import fmean
 import numpy as np
 
 from mascot.config import Params
-from mascot.data.human_ratings import agreement
+from mascot.annotate.survey import flat_survey_figures, survey_figures
+from mascot.data.human_ratings import agreement, human_pairs
 from mascot.granularity import persona_fields
 from mascot.io import load_jsonl
 from mascot.pairs import chosen_longer, side_words
 from mascot.reward.prompt import reward_input_ids
-from mascot.splits import is_held_out
+from mascot.splits import role_of
 from mascot.stats import (DEFAULT_MIN_N, TOO_FEW, cluster_mean_with_ci, equal_length_accuracy, equal_length_figures,
                           mean_with_ci, pairwise_wins)
 
@@ -86,9 +87,12 @@ def random_scorer_p(pairs: list[dict], accuracy: float, draws: int = 2000, seed:
     return round(float(np.mean(np.abs(acc - 0.5) >= abs(accuracy - 0.5) - 1e-12)), 4)
 
 
-def reference_set_metrics(scorer, items: list[dict], personas: dict, min_n: int = DEFAULT_MIN_N) -> dict:
+def reference_set_metrics(scorer, items: list[dict], personas: dict, min_n: int = DEFAULT_MIN_N,
+                          survey_min_gap: float = 2) -> dict:
     """The reward model on its judge's reference set (judge_check, judge_check_group): does it rank the human
-    reply or block above the worse variants, as a judge should? Accuracy with bootstrap 95% intervals and n."""
+    reply or block above the worse variants, as a judge should? Accuracy with bootstrap 95% intervals and n. For
+    blocks, also against the seekers' survey of each conversation (`reference_survey_*`: mascot/annotate/survey.py),
+    as the collective judge is held to it."""
     g = scorer.granularity
     rows, too_long = [], 0
     for i in items:
@@ -109,12 +113,16 @@ def reference_set_metrics(scorer, items: list[dict], personas: dict, min_n: int 
         fig = mean_with_ci(pairwise_wins([r[better] for r in both], [r[worse] for r in both]), null=0.5, min_n=min_n)
         out.update({f"reference_{name}": fig["mean"], f"reference_{name}_ci_low": fig["ci_low"],
                     f"reference_{name}_ci_high": fig["ci_high"], f"reference_{name}_n": fig["n"]})
+    if g.survey_ratings:
+        human = [(i.get("survey") or {}, i.get("conversation_id", i["item_id"]), s)
+                 for (i, variant, _), s in zip(rows, scores) if variant == "reference"]
+        out.update(flat_survey_figures(survey_figures(human, survey_min_gap, min_n), "reference_survey"))
     return out
 
 
 @dataclass(frozen=True)
 class HumanCheck:
-    """The held-out conversations' rated supporter turns (no reward model trained on them), the rating gap a
+    """The rated supporter turns of conversations no reward model trained on (`untrained_human`), the rating gap a
     pair needs, and the judge's totals on those items (judge_check's chosen format) to set beside the model's;
     below `min_n` pairs a figure is "too few to tell"."""
     items: list[dict]
@@ -123,25 +131,54 @@ class HumanCheck:
     min_n: int = DEFAULT_MIN_N
 
 
-def held_out_human(params: Params, items_path: str, judge_path: str | None) -> HumanCheck | None:
-    """The rated supporter turns of held-out conversations (no reward model trains on them), with the judge's
+def untrained_items(items: list[dict], heldout, pairs_block) -> list[dict]:
+    """The rated turns of conversations no reward model trains on: the held-out ones, and the pairs' eval split
+    (`pairs.eval_fraction`, by conversation: its judge pairs measure the model, and `pairs.human` trains on the
+    train split's seekers' pairs only; mascot/splits.py)."""
+    return [i for i in items
+            if role_of(i, heldout, pairs_block.eval_fraction, pairs_block.split_seed) in ("heldout", "eval")]
+
+
+def untrained_human(params: Params, items_path: str, judge_path: str | None) -> HumanCheck | None:
+    """The rated supporter turns of conversations no reward model trained on (`untrained_items`), with the judge's
     totals on them in judge_check's chosen format; None without a human set."""
     if not Path(items_path).exists():
         return None
-    items = [i for i in load_jsonl(items_path) if is_held_out(i, params.heldout)]
+    items = untrained_items(load_jsonl(items_path), params.heldout, params.pairs)
     judge = ({r["candidate_id"]: r["total_reward"] for r in load_jsonl(judge_path)
               if r.get("chosen") and r["status"] == "scored"} if judge_path and Path(judge_path).exists() else {})
     return HumanCheck(items, params.human.min_gap, judge, params.stats.min_n)
 
 
-def human_set_metrics(scorer, human: HumanCheck, personas: dict) -> dict:
-    """The reward model against people: on the held-out human pairs, how often it scores the higher-rated turn
-    higher [interval over conversations], beside "the longer turn wins", length-controlled, and beside the judge
-    on the pairs the judge also scored. Flat `human_*` figures."""
+def human_item_scores(scorer, human: HumanCheck, personas: dict) -> dict[str, float]:
+    """The reward model's score of each rated turn, read after its own context (item id -> score)."""
+    scores = scorer.score([(persona_fields(personas[i["persona"]]), i["context"], i["reply"]) for i in human.items])
+    return dict(zip((i["item_id"] for i in human.items), scores))
+
+
+def human_gate_pairs(human: HumanCheck, rm: dict[str, float]) -> tuple[list[dict], list[float], list[float]]:
+    """The seekers' pairs as eval pairs of the promotion gate (`pair_metrics`' fields: conversation, ids, the two
+    replies, the rating gap as margin) with the reward model's scores of each side."""
+    rows, chosen, rejected = [], [], []
+    for hi, lo in human_pairs(human.items, human.min_gap):
+        rows.append({"pair_id": f"{hi['item_id']}>{lo['item_id']}", "pair_source": "human",
+                     "conversation_id": hi["conversation_id"], "chosen_id": hi["item_id"], "rejected_id": lo["item_id"],
+                     "chosen": [{"role": "assistant", "content": hi["reply"]}],
+                     "rejected": [{"role": "assistant", "content": lo["reply"]}],
+                     "margin": float(hi["rating"] - lo["rating"])})
+        chosen.append(rm[hi["item_id"]])
+        rejected.append(rm[lo["item_id"]])
+    return rows, chosen, rejected
+
+
+def human_set_metrics(scorer, human: HumanCheck, personas: dict, rm: dict[str, float] | None = None) -> dict:
+    """The reward model against people: on the seekers' pairs of conversations it never trained on, how often it
+    scores the higher-rated turn higher [interval over conversations], beside "the longer turn wins",
+    length-controlled, and beside the judge on the pairs the judge also scored. Flat `human_*` figures. `rm`: its
+    scores of the items where already computed (`human_item_scores`)."""
     if not human.items:
         return {"human_pairs_n": 0}
-    scores = scorer.score([(persona_fields(personas[i["persona"]]), i["context"], i["reply"]) for i in human.items])
-    rm = dict(zip((i["item_id"] for i in human.items), scores))
+    rm = rm if rm is not None else human_item_scores(scorer, human, personas)
     fig = agreement(human.items, rm, human.min_gap, min_n=human.min_n)
     out = {"human_items": fig["items"], "human_pairs_conversations": fig["pairs"]["clusters"]}
     for key, name in (("pairs", "human_pairs"), ("length_baseline", "human_length_baseline"),
@@ -162,10 +199,10 @@ def human_set_metrics(scorer, human: HumanCheck, personas: dict) -> dict:
 def describe_human(m: dict, prefix: str = "", min_n: int = DEFAULT_MIN_N) -> str:
     """The reward model's agreement with people in words, from `human_set_metrics`' figures."""
     if not m.get(f"{prefix}human_pairs_n"):
-        return "human pairs: none held out (no rated conversation in the held-out split)"
+        return "human pairs: none untrained (no rated conversation held out or in the eval split)"
     few = f" ({TOO_FEW}: n < {min_n})" if m[f"{prefix}human_pairs_n"] < min_n else ""
     text = (f"human pairs {m[prefix + 'human_pairs']} [{m[prefix + 'human_pairs_ci_low']}, {m[prefix + 'human_pairs_ci_high']}]"
-            f"{few} on {m[prefix + 'human_pairs_n']} held-out pairs of {m[prefix + 'human_pairs_conversations']} conversations "
+            f"{few} on {m[prefix + 'human_pairs_n']} untrained pairs of {m[prefix + 'human_pairs_conversations']} conversations "
             f"(longer turn wins {m[prefix + 'human_length_baseline']}; not longer {m[prefix + 'human_pairs_controlled']} "
             f"on {m[prefix + 'human_pairs_controlled_n']}; at equal length {m.get(prefix + 'human_pairs_equal_length')} "
             f"[{m.get(prefix + 'human_pairs_equal_length_ci_low')}, {m.get(prefix + 'human_pairs_equal_length_ci_high')}]"

@@ -32,7 +32,7 @@ class RewardScorer:
         base_path = base_model or meta["base_model"]
         g = check_trained_with(meta, base_path, label or str(adapter_dir))
         tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
-        base = load_base_classifier(base_path, tokenizer, meta.get("num_labels", 1))
+        base = load_base_classifier(base_path, tokenizer, meta.get("num_labels", 1), meta.get("keep_layers"))
         model = PeftModel.from_pretrained(base, adapter_dir)
         model.eval()
         return cls(model, tokenizer, meta["max_length"], batch_size, g)
@@ -92,18 +92,25 @@ def check_trained_with(meta: dict, base_path: str | Path, label: str) -> Granula
     return g
 
 
-def load_base_classifier(base_model: str, tokenizer, num_labels: int = 1):
+def load_base_classifier(base_model: str, tokenizer, num_labels: int = 1, keep_layers: int | None = None):
     """The base model with a fresh `score` head of `num_labels` columns (1; 2 for ODIN's quality and length
-    heads): a reward is always column 0."""
-    from transformers import AutoModelForSequenceClassification
+    heads): a reward is always column 0. `keep_layers`: at most the first N decoder layers (train_rm.keep_layers)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    # The base has no `score` head yet (the adapter brings it): silence the "newly initialized" report.
+    shallow = {}
+    config = AutoConfig.from_pretrained(base_model) if keep_layers is not None else None
+    if config is not None and keep_layers < config.num_hidden_layers:  # at most N: a shallower base keeps all
+        shallow["num_hidden_layers"] = keep_layers
+        if getattr(config, "layer_types", None):  # per-layer attention kinds (Gemma 3, Qwen 3): the first N
+            shallow["layer_types"] = config.layer_types[:keep_layers]
+    # The base has no `score` head yet (the adapter brings it), and a shallow one leaves the deeper layers'
+    # weights unread: silence those reports.
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
         model = AutoModelForSequenceClassification.from_pretrained(base_model, num_labels=num_labels,
-                                                                   dtype=torch.float32)
+                                                                   dtype=torch.float32, **shallow)
     finally:
         hf_logging.set_verbosity(previous)
     model.config.pad_token_id = tokenizer.pad_token_id

@@ -39,7 +39,7 @@ def main(params: Params, *, queries_path: str, policy_dir: str, champion_path: s
     judge = make_judge(params)
     policy = read_json(Path(policy_dir) / "registered.json", "run train_grpo first")
     results, all_replies, run_ids = {}, [], {}
-    git = {**registry.git_state(), **registry.dvc_experiment_tags()}
+    git = {**registry.git_state(), **registry.dvc_experiment_tags(), **registry.decision_tags(champion_path)}
     for label, adapter in (("base", None), ("grpo", policy_dir)):
         model, tokenizer = load_policy(params.grpo.base_model, adapter)
         backend = LocalBackend.from_model(model, tokenizer, f"{params.grpo.base_model}+{label}",

@@ -64,7 +64,7 @@ def main(params: Params, *, queries_path: str, episodes_path: str, director_dir:
     style = resolve_prompt_style(params.score, judge_check_path)
     director_version = read_json(Path(director_dir) / "registered.json", "run train_director first")
     sampling = Sampling(params.episodes.temperature, params.episodes.top_p, p.max_tokens, p.seed)
-    git = {**registry.git_state(), **registry.dvc_experiment_tags()}
+    git = {**registry.git_state(), **registry.dvc_experiment_tags(), **registry.decision_tags(champion_path)}
     directors = build_directors(params, personas, director_dir)
     branches = {c: [Branch(q["query_id"], 0, q["context"]) for q in queries] for c in p.conditions}
     # every condition's conversations in one rollout: each turn's speaker replies decode in one batch

@@ -46,7 +46,7 @@ def main(params: Params, *, queries_path: str, reference_path: str, scores_path:
     try:
         report, raw, candidates = run_judge_check(items, personas, params.score, backend, styles, modes, journal_for,
                                                   g, rubric, human_items, params.human.min_gap,
-                                                  params.stats.min_n)
+                                                  params.stats.min_n, getattr(block, "survey_min_gap", 2))
     finally:
         for j in journals.values():
             j.close()

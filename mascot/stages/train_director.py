@@ -13,7 +13,8 @@ from mascot.granularity import BLOCK
 from mascot.io import load_jsonl
 from mascot.launch import is_main_process
 from mascot.llm.factory import make_backend
-from mascot.policy.director import director_states, director_watch, make_director_rewards, unparseable_floor
+from mascot.policy.director import (director_states, director_watch, length_figures, make_director_rewards,
+                                    unparseable_floor)
 
 
 def main(params: Params, *, queries_path: str, episodes_path: str, champion_path: str, judge_check_path: str,
@@ -21,6 +22,7 @@ def main(params: Params, *, queries_path: str, episodes_path: str, champion_path
     """`champion_path`: the promote_group stage's decision, which names the group reward model the Director trains
     against; `judge_check_path`: the judge's figures (the watch's judge takes the prompt format they chose)."""
     from mascot import registry
+    from mascot.policy.choice_probe import ChoiceProbe, choice_step_figures, rows_prompts
     from mascot.policy.engine import PolicyStage, champion_scorer, run_policy_stage
 
     p: DirectorParams = params.train_director
@@ -39,10 +41,11 @@ def main(params: Params, *, queries_path: str, episodes_path: str, champion_path
     tags = {**registry.git_state(), "reward_model": rm_name, "reward_model_version": rm_version,
             "reward_model_alias": rm_alias, "reward_model_uri": rm_uri, "speaker_model": speaker.model_name,
             "base_model": p.base_model, "granularity": "block", "rubric_aggregate": BLOCK.rubric(params).aggregation,
-            **registry.base_model_tags(p.base_model)}
+            **registry.base_model_tags(p.base_model), **registry.decision_tags(champion_path)}
 
     floor = unparseable_floor(scorer, episodes, queries)
     rewards = make_director_rewards(scorer, speaker, personas, p, rollout, params.episodes.constrain_directives, floor)
+    probe = ChoiceProbe(rows_prompts(rows, p.choice_probe), list(personas), p.prompt_style) if p.choice_probe else None
 
     def format_figures(history: list[dict]) -> dict:
         # the policy samples freely (its format reward teaches the form): this is its unconstrained parse rate;
@@ -50,7 +53,9 @@ def main(params: Params, *, queries_path: str, episodes_path: str, champion_path
         fmt = [h.get("rewards/directive_format/mean") for h in history]
         return {"directive_format_first_step": fmt[0] if fmt else None,
                 "directive_format_last_step": fmt[-1] if fmt else None,
-                "completion_kinds": dict(rewards[1].completion_kinds), "unparseable_floor": floor}
+                "completion_kinds": dict(rewards[1].completion_kinds), "unparseable_floor": floor,
+                **length_figures(rewards[0].length["slopes"], p.length_calibration.enabled),
+                **choice_step_figures(rewards[0].choices["steps"]), **(probe.figures() if probe else {})}
 
     series = {rewards_plot: ["step", "reward", "rewards/group_reward_model/mean", "rewards/directive_format/mean",
                            "rewards/speaker_diversity/mean", "completions/mean_length", "reward_std",
@@ -66,7 +71,9 @@ def main(params: Params, *, queries_path: str, episodes_path: str, champion_path
             [p.reward_weight, p.format_weight, p.diversity_weight], tags, director_dir, figures_path, series,
             format_figures, watch=watch, watch_plot=watch_plot, inputs=[(episodes_path, "train")],
             completion_regex=directive_pattern(list(personas), p.prompt_style == "transcript")
-            if p.constrain_rollouts else None, counters={"completion_kinds": rewards[1].completion_kinds})
+            if p.constrain_rollouts else None, counters={"completion_kinds": rewards[1].completion_kinds,
+                                                                       "length": rewards[0].length},
+            callbacks=[probe] if probe and is_main_process() else [])
         metrics, version = run_policy_stage(params, stage, rows)
     finally:
         speaker.close()

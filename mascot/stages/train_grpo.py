@@ -36,7 +36,7 @@ def main(params: Params, *, queries_path: str, pairs_path: str, champion_path: s
             "reward_model_alias": rm_alias, "reward_model_uri": rm_uri,
             "personas": ",".join(sorted({r["persona"] for r in rows})), "base_model": p.base_model,
             "rubric_aggregate": REPLY.rubric(params).aggregation,
-            **registry.base_model_tags(p.base_model)}
+            **registry.base_model_tags(p.base_model), **registry.decision_tags(champion_path)}
     series = {rewards_plot: ["step", "reward", "rewards/reward_model/mean", "rewards/format_reward/mean", "reward_std",
                            "frac_reward_zero_std", "completions/clipped_ratio"],
               str(Path(rewards_plot).with_name("completion_length.csv")): ["step", "completions/mean_length"]}

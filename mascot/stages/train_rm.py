@@ -9,12 +9,13 @@ import time
 from mascot import checkpoints, registry
 from mascot.config import Params
 from mascot.data.personas import load_personas
+from mascot.annotate.survey import describe_survey
 from mascot.granularity import GRANULARITIES, Granularity
 from mascot.io import load_jsonl, write_json, write_jsonl
 from mascot.launch import is_main_process, world_size
 from mascot.llm.identity import folder_digest
 from mascot.pairs import chosen_longer_fraction
-from mascot.reward.evaluation import describe_human, held_out_human, plot_distributions
+from mascot.reward.evaluation import describe_human, untrained_human, plot_distributions
 from mascot.reward.train import train_reward_model, write_curves
 
 
@@ -60,10 +61,11 @@ def main(params: Params, *, pairs_path: str, model_dir: str, figures_path: str, 
                           | {"pairs.score_margin": margin, "score.mode": params.score.mode, "granularity": granularity,
                              "world_size": world_size()})
         reference = load_jsonl(reference_path) if reference_path and Path(reference_path).exists() else None
-        human = (held_out_human(params, human_items_path, human_scores_path)
+        human = (untrained_human(params, human_items_path, human_scores_path)
                  if g.human_ratings and human_items_path else None)
         result = train_reward_model(pairs, personas, p, out, ckpt, reference, granularity, human=human,
-                                    min_n=params.stats.min_n)
+                                    min_n=params.stats.min_n,
+                                    survey_min_gap=params.judge_check_group.survey_min_gap if g.survey_ratings else 2)
         metrics = result["metrics"]
 
         metrics["pairs_chosen_longer_fraction"] = chosen_longer_fraction(pairs)
@@ -105,6 +107,8 @@ def describe_training(stage: str, metrics: dict, g: Granularity, version, with_r
             + (", ".join(f"{g.judge_figure_words[name]} {metrics.get('reference_' + name)}" for name in g.gated)
                if with_reference else "none")
             + (f"; {describe_human(metrics, min_n=min_n)}" if with_human else "")
+            + (f"; against the seekers' survey: {describe_survey(metrics, 'reference_survey', min_n)}"
+               if g.survey_ratings and with_reference else "")
             + f"); registered {version.name} v{version.version} (run {version.run_id})")
 
 

@@ -1,9 +1,15 @@
-"""ESConv (thu-coai/Emotional-Support-Conversation): a JSON list of conversations.
+"""ESConv (thu-coai/Emotional-Support-Conversation), in the three shapes its users have on disk.
 
-`ESConv.json` names the roles seeker/supporter; `FailedESConv.json` names them speaker/listener. A seeker turn
-may carry `annotation.feedback` ("1".."5"): the seeker's rating of the supporter's turn(s) just before it, kept
-as the turn's `rating` (mascot/data/human_ratings.py); `survey_score` (the seeker's empathy and relevance
-ratings of the whole conversation) is kept in the metadata.
+- `ESConv.json`: a JSON list of conversations, roles seeker/supporter, a turn's words in `content`;
+- `FailedESConv.json`: the same list, roles speaker/listener; a seeker turn may carry `annotation.feedback`
+  ("1".."5"): the seeker's rating of the supporter's turn(s) just before it, kept as the turn's `rating`
+  (mascot/data/human_ratings.py);
+- the Hugging Face hub's copy (`thu-coai/esconv`, its train/validation/test files): JSON Lines, one conversation
+  a line, roles usr/sys, a turn's words in `text`.
+
+`format: esconv` reads all three (a file whose first character is `[` is a list, anything else JSON Lines).
+`survey_score.seeker` (the seeker's empathy and relevance ratings of the whole conversation, and the emotion
+intensity before and after, 1-5) is kept in the metadata, with `emotion_drop` = before - after.
 """
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ import json
 from pathlib import Path
 
 from mascot.data.dialogue import Dialogue, Turn, merge_consecutive
-from mascot.io import BadRows, InputError, require
+from mascot.io import BadRows, InputError, read_jsonl, require
 
 ROLE_MAP = {"seeker": "user", "speaker": "user", "usr": "user", "supporter": "assistant",
             "listener": "assistant", "sys": "assistant"}
@@ -32,16 +38,32 @@ def _rating(turn: dict, where: str) -> int | None:
     return value
 
 
+SURVEY_KEYS = ("empathy", "relevance", "initial_emotion_intensity", "final_emotion_intensity")
+
+
 def _survey(raw) -> dict:
-    """The seeker's survey of the whole conversation: {empathy, relevance} as numbers, where given."""
+    """The seeker's survey of the whole conversation: {empathy, relevance, initial/final emotion intensity} as
+    numbers where given, and `emotion_drop` (how much better the seeker felt) where both intensities are."""
     seeker = (raw or {}).get("seeker") if isinstance(raw, dict) else None
     out = {}
-    for key in ("empathy", "relevance"):
+    for key in SURVEY_KEYS:
         try:
             out[key] = float(seeker[key])
         except (TypeError, KeyError, ValueError):
             continue
+    if "initial_emotion_intensity" in out and "final_emotion_intensity" in out:
+        out["emotion_drop"] = out["initial_emotion_intensity"] - out["final_emotion_intensity"]
     return out
+
+
+def _words(turn: dict, where: str) -> str:
+    """A turn's words: `content` (ESConv.json, FailedESConv.json) or `text` (the hub's copy)."""
+    for key in ("content", "text"):
+        if key in turn:
+            if not isinstance(turn[key], str):
+                raise InputError(f"{where}: field '{key}' must be a string, got {type(turn[key]).__name__}")
+            return turn[key]
+    raise InputError(f"{where}: no 'content' or 'text' field (the turn's words)")
 
 
 def parse_conversation(conv: dict, where: str, dialogue_id: str, source: str = "esconv") -> Dialogue:
@@ -56,8 +78,7 @@ def parse_conversation(conv: dict, where: str, dialogue_id: str, source: str = "
         speaker = require(turn, "speaker", str, turn_where)
         if speaker not in ROLE_MAP:
             raise InputError(f"{turn_where}: unknown speaker '{speaker}' (expected one of {sorted(ROLE_MAP)})")
-        turns.append(Turn(ROLE_MAP[speaker], require(turn, "content", str, turn_where), speaker,
-                          _rating(turn, turn_where)))
+        turns.append(Turn(ROLE_MAP[speaker], _words(turn, turn_where), speaker, _rating(turn, turn_where)))
     turns = merge_consecutive(turns)
     if not turns:
         raise InputError(f"{where}: empty dialogue (no non-blank turns)")
@@ -70,9 +91,14 @@ def parse_conversation(conv: dict, where: str, dialogue_id: str, source: str = "
 
 
 def load_esconv(path: str | Path, bad: BadRows) -> list[Dialogue]:
+    """A JSON list of conversations, or JSON Lines of them (the hub's files); ids are `<file stem>-<index>`
+    (the list's index, or the line's number counted from 0)."""
     path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if not text.lstrip().startswith("["):
+        return _load_lines(path, bad)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(data, list):
@@ -82,6 +108,14 @@ def load_esconv(path: str | Path, bad: BadRows) -> list[Dialogue]:
         with bad.guard():
             # the file's stem keeps ids unique across several ESConv files
             dialogues.append(parse_conversation(conv, f"{path} conversation {i}", f"{path.stem}-{i}"))
+    return dialogues
+
+
+def _load_lines(path: Path, bad: BadRows) -> list[Dialogue]:
+    dialogues = []
+    for lineno, conv in read_jsonl(path, bad):
+        with bad.guard():
+            dialogues.append(parse_conversation(conv, f"{path}:{lineno}", f"{path.stem}-{lineno - 1}"))
     return dialogues
 
 
