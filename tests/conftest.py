@@ -19,9 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_CHAINS = ("dvc_repo", "vllm_server")
 
 
-# xdist reads the groups in its own collection hook, after this one, as a suffix on each test's id; pytest 9.2 ignores
-# that suffix (a node's id is no longer `_nodeid`), so the constraints hold pytest at 9.1 (found when a CI run built
-# the length control on both workers)
+# xdist reads the groups in its own collection hook as a suffix on each test's id: this hook wraps it, so that the
+# marks are made first (a plain conftest hook runs after xdist's), and the constraints hold pytest at 9.1 (9.2 ignores
+# the suffix: a node's id is no longer `_nodeid`). Found when a CI run built the length control on both workers.
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     by_module: dict[str, str] = {}  # a module any of whose tests shares a chain goes with that chain, whole
     for item in items:
@@ -34,6 +35,7 @@ def pytest_collection_modifyitems(config, items):
             group = item.module.__name__
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    return (yield)
 
 
 # MLflow's set_tracking_uri and set_registry_uri export MLFLOW_TRACKING_URI and MLFLOW_REGISTRY_URI into
