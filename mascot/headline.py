@@ -26,8 +26,8 @@ HEADLINE: dict[str, dict[str, str]] = {
     "score": {"scored": "scored", "unscored": "unscored"},
     "pairs": {"pairs": "pairs", "eval_pairs": "eval_pairs", "chosen_longer": "chosen_longer_fraction"},
     "validate": {"data_valid": "success"},
-    "train_rm": {"rm_acc": "eval_accuracy", "rm_acc_low": "eval_accuracy_ci_low", "rm_acc_high": "eval_accuracy_ci_high",
-                 "rm_eval_n": "eval_pairs", "rm_longer_wins": "eval_length_baseline_accuracy",
+    # the judge's eval pairs' interval is the gate's (rm_gate_*) wherever the gate reads those pairs alone
+    "train_rm": {"rm_acc": "eval_accuracy", "rm_eval_n": "eval_pairs", "rm_longer_wins": "eval_length_baseline_accuracy",
                  "rm_acc_equal_len": "eval_accuracy_equal_length", "rm_human_acc": "human_pairs",
                  "rm_human_n": "human_pairs_n"},
     "promote": {"rm_promoted": "promoted", "rm_gate_acc": "gate_accuracy", "rm_gate_low": "gate_accuracy_ci_low",

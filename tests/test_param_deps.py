@@ -46,7 +46,7 @@ def test_a_stage_is_held_to_its_record():
 def test_the_headline_keeps_numbers_and_decisions_only():
     figures = {"eval_accuracy": 0.8, "eval_accuracy_ci_low": 0.7, "eval_pairs": 40, "judge_model": "models/judge",
                "grpo_minus_base": {"judge_total": {"diff": 0.2, "n": 31}}, "ref_gt_off_topic.perceived_empathy": 0.9}
-    assert headline("train_rm", figures) == {"rm_acc": 0.8, "rm_acc_low": 0.7, "rm_eval_n": 40}
+    assert headline("train_rm", figures) == {"rm_acc": 0.8, "rm_eval_n": 40}
     assert headline("evaluate", figures) == {"grpo_gain": 0.2, "grpo_gain_n": 31}
     assert json.dumps(headline("promote", {"promoted": False, "reason": "x"})) == '{"rm_promoted": false}'
 

@@ -60,7 +60,7 @@ def test_repro_runs_every_stage_then_nothing(dvc_repo):
     rm = json.loads((work / "reports/figures/train_rm.json").read_text())
     assert rm["human_pairs_n"] > 0 and rm["human_length_baseline"] is not None
     promoted = json.loads((work / "reports/figures/promote.json").read_text())
-    assert "held-out pairs of" in promoted["reason"] and promoted["new_human_pairs_n"] == rm["human_pairs_n"]
+    assert "untrained pairs of" in promoted["reason"] and promoted["new_human_pairs_n"] == rm["human_pairs_n"]
 
     assert ran_stages(second) == set(), second
 
