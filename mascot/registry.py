@@ -363,7 +363,7 @@ def check_recorded_champion(name: str, alias: str, decision_path: str | Path, st
                  if current is not None else "")
         raise InputError(f"{stage}: models:/{name}@{alias} now resolves to version {current}, but {promote_stage} "
                          f"recorded version {recorded} ({decision_path}): the alias was moved outside the pipeline "
-                         f"(the registry's UI or API; `mascot promote --version` records its moves), or a restored "
+                         f"(the registry's UI or API; a move by mascot promote is recorded), or a restored "
                          f"run cache skipped its move. Let the gate decide again: `dvc repro --force --single-item "
                          f"{promote_stage}`, then `dvc repro`"
                          + (f"; or keep version {current}, recorded as a hand move: {adopt}" if adopt else ""))
