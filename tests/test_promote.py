@@ -246,7 +246,7 @@ def test_under_a_lower_bound_the_gate_refuses_and_the_named_command_gets_the_cha
     # the hand move is the gate's record now (committed to dvc.lock): promote does not run again, the rest does
     hand = gate_story["hand"]
     assert hand["by_hand"] and hand["champion_version"] == "1" and hand["reason"].startswith("by hand: the seekers")
-    assert hand["gate_decision"]["promoted"] is False and "too few to tell" in hand["gate_decision"]["reason"]
+    assert hand["gate_decision"]["promoted"] is False and "is below the threshold" in hand["gate_decision"]["reason"]
     assert "Running stage 'promote'" not in gate_story["hand_repro"]
     assert "Running stage 'train_grpo'" in gate_story["hand_repro"]
     assert "Data and pipelines are up to date" in gate_story["hand_status"]
