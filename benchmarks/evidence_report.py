@@ -216,7 +216,7 @@ def survey_table(collective: dict, group_rm: dict, min_n: int) -> list[str]:
     (train_group_rm, on the same human blocks) against the seekers' survey of each conversation: Spearman and the
     pair figure (of two conversations whose survey differs by the gap, the better-rated one scored higher), each with
     its interval over conversations and n."""
-    from mascot.annotate.reference_set import SURVEY_KEYS
+    from mascot.annotate.survey import survey_rows
     from mascot.stats import TOO_FEW
 
     judge = collective  # the chosen format's figures are the check's own (its other formats under by_prompt_style)
@@ -224,16 +224,11 @@ def survey_table(collective: dict, group_rm: dict, min_n: int) -> list[str]:
              "| --- | --- | --- | ---: | --- | ---: |"]
     for label, flat, prefix in (("collective judge", judge, "survey"), ("group reward model", group_rm,
                                                                           "reference_survey")):
-        for key in SURVEY_KEYS:
-            n = flat.get(f"{prefix}_{key}_n")
-            if not n:
-                continue
-            few = f" ({TOO_FEW})" if n < min_n else ""
-            lines.append(f"| {label} | {key} | {_fmt(flat.get(f'{prefix}_{key}_spearman'))} "
-                         f"[{_fmt(flat.get(f'{prefix}_{key}_spearman_ci_low'))}, "
-                         f"{_fmt(flat.get(f'{prefix}_{key}_spearman_ci_high'))}]{few} | {n} | "
-                         f"{_fmt(flat.get(f'{prefix}_{key}_pairs'))} [{_fmt(flat.get(f'{prefix}_{key}_pairs_ci_low'))}, "
-                         f"{_fmt(flat.get(f'{prefix}_{key}_pairs_ci_high'))}] | {flat.get(f'{prefix}_{key}_pairs_n')} |")
+        for r in survey_rows(flat, prefix):
+            few = f" ({TOO_FEW})" if r["n"] < min_n else ""
+            lines.append(f"| {label} | {r['key']} | {_fmt(r['spearman'])} [{_fmt(r['spearman_ci_low'])}, "
+                         f"{_fmt(r['spearman_ci_high'])}]{few} | {r['n']} | {_fmt(r['pairs'])} "
+                         f"[{_fmt(r['pairs_ci_low'])}, {_fmt(r['pairs_ci_high'])}] | {r['pairs_n']} |")
     return lines if len(lines) > 2 else ["- not measured (no surveyed conversation among the reference items)"]
 
 

@@ -36,16 +36,25 @@ def flat_survey_figures(fig: dict, prefix: str = "survey") -> dict:
     return out
 
 
+def survey_rows(flat: dict, prefix: str = "survey") -> list[dict]:
+    """Each measured survey key's figures from `flat_survey_figures`, read once for every report that shows them:
+    key, n, spearman (with ci_low, ci_high), pairs (with pairs_ci_low, pairs_ci_high, pairs_n)."""
+    rows = []
+    for key in SURVEY_KEYS:
+        n = flat.get(f"{prefix}_{key}_n")
+        if n:
+            rows.append({"key": key, "n": n, **{name: flat.get(f"{prefix}_{key}_{name}") for name in (
+                "spearman", "spearman_ci_low", "spearman_ci_high", "pairs", "pairs_ci_low", "pairs_ci_high",
+                "pairs_n")}})
+    return rows
+
+
 def describe_survey(flat: dict, prefix: str = "survey", min_n: int = DEFAULT_MIN_N) -> str:
     """One line from `flat_survey_figures`: each key's Spearman and pair figure with its interval and n."""
     parts = []
-    for key in SURVEY_KEYS:
-        n = flat.get(f"{prefix}_{key}_n")
-        if not n:
-            continue
-        few = f"; {TOO_FEW}" if n < min_n else ""
-        parts.append(f"{key} Spearman {flat.get(f'{prefix}_{key}_spearman')} [{flat.get(f'{prefix}_{key}_spearman_ci_low')}, "
-                     f"{flat.get(f'{prefix}_{key}_spearman_ci_high')}] (n {n}{few}), better-rated conversation scored "
-                     f"higher {flat.get(f'{prefix}_{key}_pairs')} [{flat.get(f'{prefix}_{key}_pairs_ci_low')}, "
-                     f"{flat.get(f'{prefix}_{key}_pairs_ci_high')}] (n {flat.get(f'{prefix}_{key}_pairs_n')} pairs)")
+    for r in survey_rows(flat, prefix):
+        few = f"; {TOO_FEW}" if r["n"] < min_n else ""
+        parts.append(f"{r['key']} Spearman {r['spearman']} [{r['spearman_ci_low']}, {r['spearman_ci_high']}] "
+                     f"(n {r['n']}{few}), better-rated conversation scored higher {r['pairs']} "
+                     f"[{r['pairs_ci_low']}, {r['pairs_ci_high']}] (n {r['pairs_n']} pairs)")
     return "; ".join(parts) if parts else "no surveyed conversation"
