@@ -34,17 +34,24 @@ def _side(workdir: Path, kind: str, label: str) -> Path:
     return workdir / f"{kind}-{label.replace('/', '_').replace('~', '-')}"
 
 
-def stages(workdir: Path, before: str, after: str | None, rerun: bool) -> dict:
+def _both_sides(workdir: Path, kind: str, before: str, after: str | None, rerun: bool, run) -> dict:
+    """Each side's saved `<kind>.json`, or `run(side_folder, rev)` where there is none (or `rerun`)."""
     results = {}
     for label, rev in (("before", before), ("after", after)):
-        side = _side(workdir, "stages", rev or "worktree")
-        if (side / "stages.json").exists() and not rerun:
-            results[label] = json.loads((side / "stages.json").read_text())
-            continue
+        side = _side(workdir, kind, rev or "worktree")
+        if (side / f"{kind}.json").exists() and not rerun:
+            results[label] = json.loads((side / f"{kind}.json").read_text())
+        else:
+            results[label] = run(side, rev)
+    return results
+
+
+def stages(workdir: Path, before: str, after: str | None, rerun: bool) -> dict:
+    def run(side: Path, rev: str | None) -> dict:
         if side.exists():
             raise SystemExit(f"{side} holds an unfinished run: remove it, or give another --workdir")
-        results[label] = run_stages(side, rev)
-    return results
+        return run_stages(side, rev)
+    return _both_sides(workdir, "stages", before, after, rerun, run)
 
 
 def print_stages(results: dict) -> None:
@@ -69,14 +76,7 @@ def print_stages(results: dict) -> None:
 
 
 def tests(workdir: Path, before: str, after: str | None, rerun: bool, marker: str | None, keyword: str | None) -> dict:
-    results = {}
-    for label, rev in (("before", before), ("after", after)):
-        side = _side(workdir, "tests", rev or "worktree")
-        if (side / "tests.json").exists() and not rerun:
-            results[label] = json.loads((side / "tests.json").read_text())
-            continue
-        results[label] = run_tests(side, rev, marker, keyword)
-    return results
+    return _both_sides(workdir, "tests", before, after, rerun, lambda side, rev: run_tests(side, rev, marker, keyword))
 
 
 def run_tests(side: Path, rev: str | None, marker: str | None, keyword: str | None) -> dict:
