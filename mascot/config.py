@@ -512,11 +512,17 @@ class LengthCalibrationParams(Block):
     score minus that fit. `within_group`: each prompt's group of completions has its own least-squares slope of
     score on words taken off, so no completion gains advantage by its words within its group (no fit to go stale
     as the policy leaves the base policy's lengths; `samples` and `degree` unused). On by default: it only takes
-    pay off a rising trend, so where the reward model pays no word it costs `samples` base answers and nothing else."""
+    pay off a rising trend, so where the reward model pays no word it costs `samples` base answers and nothing else.
+    `pay_shorter` (base_policy_fit): whether a reply shorter than the base policy's mean is credited the fit's pay for
+    the words it lacks (Huang et al.'s symmetric form). Off by default: the lever takes pay off words beyond the base
+    policy's mean and never pays a reply for being short, because a reward model's hole at short replies, credited
+    the line's slope for every missing word, pays a collapse to one-word answers (the length control, 2026-12-07:
+    docs/controls.md)."""
     enabled: bool = True
     method: Literal["base_policy_fit", "within_group"] = "base_policy_fit"
     samples: int = Field(16, ge=4)
     degree: int = Field(1, ge=1, le=3)
+    pay_shorter: bool = False
 
 
 class PolicyGRPOParams(LaunchFields):

@@ -65,7 +65,7 @@ def test_the_calibration_takes_off_what_a_word_bought_the_base_policy():
     rng = np.random.default_rng(0)
     words = rng.integers(5, 30, 64).astype(float)
     quality = rng.normal(0, 0.2, 64)
-    cal = LengthCalibration(list(words), list(0.1 * words + quality), degree=1)
+    cal = LengthCalibration(list(words), list(0.1 * words + quality), degree=1, pay_shorter=True)  # symmetric
     assert abs(cal.figures()["length_calibration_slope_per_word"] - 0.1) < 0.02 and cal.n == 64
     adjusted = np.asarray(cal.adjust(list(0.1 * words + quality), list(words)))
     assert abs(np.corrcoef(adjusted, words)[0, 1]) < 0.05  # no length left in what GRPO is paid
@@ -79,6 +79,28 @@ def test_the_calibration_takes_off_what_a_word_bought_the_base_policy():
     assert calibrated.__name__ == "reward_model" and calibrated.figures() == cal.figures()
     short, long = calibrated(prompts=["p", "p"], completions=["a b c", " ".join(["w"] * 25)])
     assert abs(short - long) < 0.2  # the same reply quality at two lengths: the same pay, near enough
+
+
+def test_by_default_a_short_reply_is_not_credited_the_words_it_lacks():
+    """The length control's failure (2026-12-07): a reward model that pays ~2.5 a word on the base policy's answers
+    but scores a clean one-word string like a four-word reply. Credited the slope for its missing words, the
+    one-word string outbid every reply with the planted feature, and GRPO collapsed to it. One-sided, it is paid
+    what the reward model pays it."""
+    from mascot.policy.rewards import LengthCalibration
+
+    rng = np.random.default_rng(1)
+    words = rng.integers(1, 7, 64).astype(float)
+    scores = list(2.5 * words + rng.normal(0, 0.5, 64))
+    one_sided, symmetric = LengthCalibration(list(words), scores), LengthCalibration(list(words), scores, pay_shorter=True)
+    assert one_sided.figures()["length_calibration_pays_shorter"] is False
+    mean = one_sided.reference
+    hole = 2.5 * 4  # the one-word string, scored as four words are
+    feature = 2.5 * round(mean) + 3.0  # a reply of about the mean length with the feature (+3)
+    assert symmetric.adjust([hole], [1])[0] > symmetric.adjust([feature], [round(mean)])[0]  # the collapse
+    assert one_sided.adjust([hole], [1])[0] < one_sided.adjust([feature], [round(mean)])[0]
+    assert one_sided.bias(1) == 0.0 and one_sided.bias(mean - 0.5) == 0.0
+    # beyond the mean the fit is taken off as before: six words buy what the mean buys
+    assert abs(one_sided.adjust([2.5 * 6], [6])[0] - 2.5 * mean) < 0.5
 
 
 def test_a_curve_is_held_at_the_ends_of_what_it_was_fitted_on():

@@ -78,6 +78,6 @@ def base_policy_calibration(p: GRPOParams, rows: list[dict], scorer, personas: d
     answers = [a.strip() if isinstance(r["prompt"], list) else first_line(a) for a, r in zip(raw, picked)]
     scores = scorer.score([(persona_fields(personas[r["persona"]]), json.loads(r["context"]), a)
                            for r, a in zip(picked, answers)])
-    return LengthCalibration([len(a.split()) for a in answers], scores, c.degree)
+    return LengthCalibration([len(a.split()) for a in answers], scores, c.degree, pay_shorter=c.pay_shorter)
 
 

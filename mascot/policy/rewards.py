@@ -87,19 +87,22 @@ class LengthCalibration:
     a reply's length no longer buys what it bought the base policy. `bias(w)` is the fit at w minus the fit at the
     base policy's mean length (the reward keeps its level); outside the lengths fitted on, a curve (degree > 1) is
     held at its end values and a line is extended (a policy cannot reach a length the fit never saw and be paid
-    by a polynomial's tail).
+    by a polynomial's tail). Unless `pay_shorter`, a reply shorter than that mean is not credited anything: the
+    bias is held at 0 below it, so that a reply's missing words never pay (a reward model that scores some short
+    reply far above the line, credited the slope for each missing word, pays GRPO to collapse to it).
 
     It only ever takes pay off length: where the base policy's score does not rise with words (its linear slope
     not above 0 at `max_p`, one-sided), the calibration is inactive and says why. (A fit of a slope that is noise,
     -0.023 a word at R^2 0.065 in the second evidence run, subtracted, paid GRPO +0.023 for each word.)"""
 
-    def __init__(self, words: list[float], scores: list[float], degree: int = 1, max_p: float = 0.05):
+    def __init__(self, words: list[float], scores: list[float], degree: int = 1, max_p: float = 0.05,
+                 pay_shorter: bool = False):
         w, s = np.asarray(words, dtype=float), np.asarray(scores, dtype=float)
         if len(w) < degree + 2 or np.ptp(w) == 0:
             raise ValueError(f"a length calibration of degree {degree} needs at least {degree + 2} samples of "
                              f"different lengths; the base policy gave {len(w)} (lengths {sorted(set(w.tolist()))}): "
                              "raise length_calibration.samples or max_completion_length")
-        self.degree, self.n = degree, len(w)
+        self.degree, self.n, self.pay_shorter = degree, len(w), pay_shorter
         self.coefficients = np.polyfit(w, s, degree)
         self.low, self.high, self.reference = float(w.min()), float(w.max()), float(w.mean())
         fitted = np.polyval(self.coefficients, w)
@@ -115,6 +118,8 @@ class LengthCalibration:
         if not self.active:
             return 0.0
         w = float(words) if self.degree == 1 else min(max(float(words), self.low), self.high)
+        if not self.pay_shorter and w < self.reference:
+            return 0.0
         return float(np.polyval(self.coefficients, w) - np.polyval(self.coefficients, self.reference))
 
     def adjust(self, scores: list[float], words: list[float]) -> list[float]:
@@ -128,7 +133,8 @@ class LengthCalibration:
                 "length_calibration_slope_per_word": round(slope, 6), "length_calibration_r2": round(self.r2, 4),
                 "length_calibration_samples": self.n, "length_calibration_degree": self.degree,
                 "length_calibration_words_min": self.low, "length_calibration_words_max": self.high,
-                "length_calibration_words_mean": round(self.reference, 2)}
+                "length_calibration_words_mean": round(self.reference, 2),
+                "length_calibration_pays_shorter": self.pay_shorter}
 
 
 def reply_words(completions) -> list[int]:
