@@ -19,6 +19,13 @@ def control_repo(repo_root, tmp_path_factory, kind: str):
     return work, env
 
 
+def control_chain(repo_root, tmp_path_factory, kind: str, target: str):
+    """A control's repo (control_repo) with its chain run through `dvc repro <target>`: a module fixture's body."""
+    work, env = control_repo(repo_root, tmp_path_factory, kind)
+    sh(f"dvc repro {target}", work, env)
+    return work, env
+
+
 def metrics(work, name: str) -> dict:
     return json.loads((work / "reports" / "figures" / f"{name}.json").read_text())
 

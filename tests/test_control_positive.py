@@ -6,17 +6,14 @@ import json
 
 import pytest
 
-from tests.conftest import sh
-from tests.control_chains import DIGIT, control_repo, digit_rate, jsonl, metrics
+from tests.control_chains import DIGIT, control_chain, digit_rate, jsonl, metrics
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def positive(repo_root, tmp_path_factory):
-    work, env = control_repo(repo_root, tmp_path_factory, "positive")
-    sh("dvc repro evaluate", work, env)
-    return work, env
+    return control_chain(repo_root, tmp_path_factory, "positive", "evaluate")
 
 
 def test_positive_control_pairs_carry_the_feature_and_the_reward_model_learns_it(positive):

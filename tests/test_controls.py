@@ -12,16 +12,14 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.conftest import sh
-from tests.control_chains import control_repo, jsonl, metrics, set_params
+from tests.control_chains import control_chain, jsonl, metrics, set_params
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def negative(repo_root, tmp_path_factory):
-    work, env = control_repo(repo_root, tmp_path_factory, "negative")
-    sh("dvc repro promote", work, env)
-    return work, env
+    return control_chain(repo_root, tmp_path_factory, "negative", "promote")
 
 
 def _control_params(work, env, *names: str) -> None:
