@@ -132,12 +132,16 @@ def main() -> None:
     parser.add_argument("--paired", action="append", default=[], metavar="A-B",
                         help="also each pair's win under condition A minus under B, on the same pairs (e.g. "
                              "both:1-judge), raw and at equal length, interval over conversations")
+    parser.add_argument("--against", metavar="WORKDIR",
+                        help="also each condition's win here minus under the same condition in WORKDIR (another "
+                             "--workdir of the same human set, --k and --seed, e.g. another training), on the same pairs")
     args = parser.parse_args()
     conditions = args.conditions.split(",")
     for c in conditions:
         parse_condition(c)  # a bad condition stops here, before any training
     trained = sorted({c for c in conditions if c != "worst"} | (set(TRAINED) if "worst" in conditions else set()))
 
+    start_dir = os.getcwd()  # --against is read from where the call was made
     os.chdir(args.repo)
     import torch
 
@@ -188,12 +192,29 @@ def main() -> None:
     (work / "table.json").write_text(json.dumps(rows, indent=2))
     for row in rows:
         print(describe(row), flush=True)
-    for pair in args.paired:
-        a, _, b = pair.partition("-")
-        diff = paired_difference(items, scores[b], scores[a], min_gap, params.stats.min_n)
+    differences = [(f"{a} - {b}", scores[a], scores[b])
+                   for a, _, b in (pair.partition("-") for pair in args.paired)]
+    if args.against:
+        other = Path(start_dir, args.against)
+        for cond in trained:
+            theirs = fold_scores_in(other, cond, args.k)
+            if theirs is None:
+                print(f"{cond}: not every fold of it is in {other}; no difference against it", flush=True)
+                continue
+            differences.append((f"{cond} here - {cond} in {other}", scores[cond], theirs))
+    for name, a_scores, b_scores in differences:
+        diff = paired_difference(items, b_scores, a_scores, min_gap, params.stats.min_n)
         raw, eq = diff["raw"], diff["equal_length"]
-        print(f"{a} - {b}, paired on the same pairs: {raw['mean']} [{raw['ci_low']}, {raw['ci_high']}] n {raw['n']}; "
+        print(f"{name}, paired on the same pairs: {raw['mean']} [{raw['ci_low']}, {raw['ci_high']}] n {raw['n']}; "
               f"at equal length {eq.get('mean')} [{eq.get('ci_low')}, {eq.get('ci_high')}]", flush=True)
+
+
+def fold_scores_in(workdir: Path, condition: str, k: int) -> dict[str, float] | None:
+    """A condition's pooled scores from another run's per-fold files (None unless all k folds are there)."""
+    files = [workdir / f"fold{fold}-{condition.replace(':', '_')}.json" for fold in range(k)]
+    if not all(f.exists() for f in files):
+        return None
+    return {item: s for f in files for item, s in json.loads(f.read_text())["scores"].items()}
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 human pairs' weight (pairs.human_weight): no fold's model sees its conversations, the weight is a repetition."""
 import pytest
 
-from benchmarks.human_kfold import (conversation_folds, fold_training_pairs, parse_condition, standardised,
-                                    worst_case)
+from benchmarks.human_kfold import (conversation_folds, fold_scores_in, fold_training_pairs, parse_condition,
+                                    standardised, worst_case)
 
 
 def _pair(conv: str, source: str, k: int = 0) -> dict:
@@ -97,3 +97,15 @@ def test_the_pooled_row_reads_every_pair_once_with_its_equal_length_figure():
     assert row["pairs"]["n"] == 36 and row["pairs"]["mean"] == 1.0  # (5,1), (3,1), (5,3) in each conversation
     assert row["length_baseline"]["mean"] == 0.0 and row["controlled"]["n"] == 36
     assert row["equal_length"]["n"] == 36 and "at equal length" in describe(row)
+
+
+def test_another_runs_condition_is_read_only_when_all_its_folds_are_there(tmp_path):
+    """--against pairs a condition with the same condition of another run (another training) on the same pairs: a
+    run with a fold missing has no pooled scores to pair with, rather than a part of them."""
+    import json
+
+    for fold, scores in enumerate(({"a": 0.1}, {"b": 0.2})):
+        (tmp_path / f"fold{fold}-both_1.json").write_text(json.dumps({"train_pairs": 3, "scores": scores}))
+    assert fold_scores_in(tmp_path, "both:1", 2) == {"a": 0.1, "b": 0.2}
+    assert fold_scores_in(tmp_path, "both:1", 3) is None
+    assert fold_scores_in(tmp_path, "judge", 2) is None

@@ -172,3 +172,42 @@ def test_a_source_can_decide_its_conversations_split(corpora):
     marked = build_human_set(load_source(SourceSpec(format="esconv", path=str(corpora / "esconv-sample.json"),
                                                     heldout=True), BadRows()), 64, count, "The Anchor")
     assert marked and all(is_held_out(i, heldout) for i in marked)
+
+
+def test_the_evidence_profile_evaluates_150_held_out_probes_and_surveys_300_conversations(repo_root, tmp_path,
+                                                                                         monkeypatch):
+    """The evidence profile's sources, split and sizes as its stages take them: `evaluate` reaches at least 150
+    held-out probes, every one from a conversation no model trains on, and judge_check_group's survey set holds
+    at least 300 surveyed conversations, none a query's (a group reward model trains on those episodes)."""
+    from mascot.config import load_params
+    from mascot.data.personas import load_personas
+    from mascot.data.prepare import load_source
+    from mascot.data.queries import sample_queries
+    from mascot.granularity import GRANULARITIES
+    from mascot.profiles import apply_profile
+    from mascot.splits import conversation_of, held_out, is_held_out
+
+    target = tmp_path / "params.yaml"
+    target.write_text((repo_root / "params.yaml").read_text())
+    apply_profile("evidence", target, repo_root / "profiles")
+    params = load_params(target)
+    p = params.prepare
+    monkeypatch.chdir(repo_root)  # the profile's paths are the repository's
+    personas = load_personas(p.personas_file)
+    per_source = [(spec, load_source(spec, BadRows())) for spec in p.sources]
+    pool = [q for spec, ds in per_source for q in build_queries(
+        ds, list(personas), p.max_context_tokens, words, per_dialogue=p.queries_per_dialogue,
+        max_queries=spec.max_queries, min_user_chars=p.min_user_chars, seed=p.seed)]
+    queries = sample_queries(pool, list(personas), p.personas_per_query, p.max_queries, p.seed)
+    probes = held_out(queries, params.heldout, params.evaluate.max_queries)
+    trained = {conversation_of(q) for q in queries if not is_held_out(q, params.heldout)}
+    assert len(probes) >= 150
+    assert not {conversation_of(q) for q in probes} & trained
+    assert any(q["source"] == "esconv" and q.get("heldout") is True for q in probes)  # the hub's validation split
+
+    dialogues = [d for _, ds in per_source for d in ds]
+    items = GRANULARITIES["block"].reference_set(dialogues, personas, p.max_context_tokens, words,
+                                                 params.judge_check_group, {q["dialogue_id"] for q in queries})
+    surveyed = {i["conversation_id"] for i in items if i.get("survey")}
+    assert len(surveyed) >= 300
+    assert not surveyed & {conversation_of(q) for q in queries}
