@@ -44,7 +44,9 @@ EMBEDDED = {
     # must show is measured after it
     "validate": {"min_judge_accuracy": 0.0, "min_human_agreement": 0.0, "max_constant_group_fraction": 1.0,
                  "judge_gate": "warn"},
+    # all 18 layers, as the embedded controls were measured (the CPU default keeps 6: train_rm.keep_layers)
     "train_rm": {"batch_size": 8, "learning_rate": 2.0e-4, "epochs": 2, "eval_steps": 20, "checkpoint_steps": 50,
+                 "keep_layers": None,
                  "lora": {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}},
     "grpo": {"num_generations": 4, "prompts_per_step": 1, "max_completion_length": 48, "max_steps": 40,
              "learning_rate": 1.0e-4, "lora": {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
@@ -73,8 +75,10 @@ ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 EMBEDDED_GROUP = {
     "base_model": {"tiny_init_std": None},
     "episodes": {"max_tokens": 24},
+    # all of Gemma's 18 layers, as when it learned the planted speaker (0.898, 2026-12-04): on the CPU default's
+    # first 6 (train_group_rm.keep_layers, 2026-12-06) it ranked the same control's pairs 0.551 [0.392, 0.698]
     "train_group_rm": {"batch_size": 8, "learning_rate": 2.0e-4, "epochs": 3, "eval_steps": 20, "checkpoint_steps": 50,
-                       "lora": {"r": 16, "alpha": 32, "target_modules": ATTENTION}},
+                       "keep_layers": None, "lora": {"r": 16, "alpha": 32, "target_modules": ATTENTION}},
     # Gemma spends a few characters a token: 96 tokens hold the grammar's longest directive (80 characters of text
     # after the persona's name)
     "train_director": {"base_model": "models/small", "learning_rate": 2.0e-4, "max_steps": 24,

@@ -47,13 +47,22 @@ COLUMNS = ("planted_trained", "planted_vs_base", "planted_vs_base_low", "planted
 
 
 def set_flags(setting: dict) -> str:
-    """`-S key=value` for each of a setting's keys (a dict value as YAML flow)."""
+    """`-S` for each of a setting's leaves. A dict value goes in leaf by leaf as `++key.leaf=value` (Hydra's add or
+    override): a key params.yaml does not list (train_director.trainer_args) cannot be overridden whole."""
     import yaml
+
+    def leaves(prefix: str, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from leaves(f"{prefix}.{k}", v)
+        else:
+            yield prefix, value
 
     flags = []
     for key, value in setting.items():
-        text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...")
-        flags.append(f"-S '{key}={text}'")
+        for leaf, v in leaves(key, value):
+            text = yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("\n...")
+            flags.append(f"-S '{'++' if leaf != key else ''}{leaf}={text}'")
     return " ".join(flags)
 
 

@@ -467,6 +467,9 @@ def test_the_survey_set_takes_surveyed_conversations_apart_from_the_queries_and_
     flat = flat_survey_figures(survey_figures(words, 2, 10))
     assert flat["survey_empathy_n"] >= 50 and flat["survey_empathy_pairs_n"] > 0
     assert flat["survey_emotion_drop_n"] >= 50 and flat["survey_relevance_spearman_ci_low"] is not None
+    assert flat["survey_empathy_too_few_to_tell"] is False
+    few = flat_survey_figures(survey_figures(words[:3], 2, 10))  # a figure on 3 conversations says it cannot tell
+    assert few["survey_empathy_n"] == 3 and few["survey_empathy_too_few_to_tell"] is True
 
 
 def test_the_choice_probe_gives_the_grammars_distribution_over_the_agents(tiny_model_dir, personas):

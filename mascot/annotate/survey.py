@@ -32,7 +32,9 @@ def flat_survey_figures(fig: dict, prefix: str = "survey") -> dict:
         out.update({f"{prefix}_{key}_spearman": rho["mean"], f"{prefix}_{key}_spearman_ci_low": rho["ci_low"],
                     f"{prefix}_{key}_spearman_ci_high": rho["ci_high"], f"{prefix}_{key}_n": rho["n"],
                     f"{prefix}_{key}_pairs": pairs["mean"], f"{prefix}_{key}_pairs_ci_low": pairs["ci_low"],
-                    f"{prefix}_{key}_pairs_ci_high": pairs["ci_high"], f"{prefix}_{key}_pairs_n": pairs["n"]})
+                    f"{prefix}_{key}_pairs_ci_high": pairs["ci_high"], f"{prefix}_{key}_pairs_n": pairs["n"],
+                    # below stats.min_n the interval is printed but decides nothing: the file says so too
+                    f"{prefix}_{key}_too_few_to_tell": bool(rho.get("too_few_to_tell"))})
     return out
 
 
