@@ -300,7 +300,8 @@ class PairsParams(Block):
     split_seed: int = 0
     # add the human pairs (data/human/items.jsonl) of train-split conversations to the reward model's train
     # pairs, marked `pair_source: human` (the judge's are `judge`); held-out and eval conversations never. On: over
-    # all 292 human pairs (k folds, docs/judge.md) they lift the CPU default's reward model +0.14 [+0.04, +0.27]
+    # all 292 human pairs (k folds, docs/performance.md) they lift the CPU default's reward model +0.072 [+0.006,
+    # +0.141] at equal length
     human: bool = True
     # each human pair trained on this many times (by repetition: train_rm repeats a pair of `weight` W W times)
     human_weight: int = Field(1, ge=1, le=16)
