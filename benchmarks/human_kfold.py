@@ -171,7 +171,7 @@ def main() -> None:
         held = {c for c, f in folds.items() if f == fold}
         test = [i for i in items if i["conversation_id"] in held]
         for cond in trained:
-            done = work / f"fold{fold}-{cond.replace(':', '_')}.json"
+            done = fold_file(work, fold, cond)
             if not done.exists():
                 pairs = fold_training_pairs(cond, judge, human, held)
                 start = time.perf_counter()
@@ -209,9 +209,14 @@ def main() -> None:
               f"at equal length {eq.get('mean')} [{eq.get('ci_low')}, {eq.get('ci_high')}]", flush=True)
 
 
+def fold_file(workdir: Path, fold: int, condition: str) -> Path:
+    """Where a (fold, condition)'s train count, time and scores are kept (resume, and --against)."""
+    return workdir / f"fold{fold}-{condition.replace(':', '_')}.json"
+
+
 def fold_scores_in(workdir: Path, condition: str, k: int) -> dict[str, float] | None:
     """A condition's pooled scores from another run's per-fold files (None unless all k folds are there)."""
-    files = [workdir / f"fold{fold}-{condition.replace(':', '_')}.json" for fold in range(k)]
+    files = [fold_file(workdir, fold, condition) for fold in range(k)]
     if not all(f.exists() for f in files):
         return None
     return {item: s for f in files for item, s in json.loads(f.read_text())["scores"].items()}
