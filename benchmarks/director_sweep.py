@@ -40,6 +40,9 @@ SETTINGS = {
     "loss-grpo": {"train_director.trainer_args": {"loss_type": "grpo"}},
     "unscaled": {"train_director.trainer_args": {"scale_rewards": "none"}},
     "beta-0.04": {"train_director.beta": 0.04},
+    # each group's rows given the agents in turn (mascot/policy/rollout_grammar.py); the control's rollouts are
+    # constrained already
+    "stratified": {"train_director.explore_choices": "stratified"},
 }
 PROBE = {"train_director": {"choice_probe": 8}}  # every step, 8 training states (a diagnostic, about 3 s a step)
 COLUMNS = ("planted_trained", "planted_vs_base", "planted_vs_base_low", "planted_vs_random", "planted_vs_random_low",
@@ -47,8 +50,9 @@ COLUMNS = ("planted_trained", "planted_vs_base", "planted_vs_base_low", "planted
 
 
 def set_flags(setting: dict) -> str:
-    """`-S` for each of a setting's leaves. A dict value goes in leaf by leaf as `++key.leaf=value` (Hydra's add or
-    override): a key params.yaml does not list (train_director.trainer_args) cannot be overridden whole."""
+    """`-S` for each of a setting's leaves, as `++key=value` (Hydra's add or override): a key params.yaml does not
+    list (train_director.trainer_args, train_director.explore_choices) cannot be overridden plainly. A dict value
+    goes in leaf by leaf."""
     import yaml
 
     def leaves(prefix: str, value):
@@ -62,7 +66,7 @@ def set_flags(setting: dict) -> str:
     for key, value in setting.items():
         for leaf, v in leaves(key, value):
             text = yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("\n...")
-            flags.append(f"-S '{'++' if leaf != key else ''}{leaf}={text}'")
+            flags.append(f"-S '++{leaf}={text}'")
     return " ".join(flags)
 
 

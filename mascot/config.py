@@ -590,6 +590,23 @@ class DirectorParams(PolicyGRPOParams):
     # a diagnostic: every step, the policy's probability of each agent at the directive's choice point on this many
     # of its training states (mascot/policy/choice_probe.py; 0: off). A forward pass of 4 names a state a step
     choice_probe: int = Field(0, ge=0)
+    # whom a rollout names at the choice point. sampled: the policy draws it. stratified: the rows of each group
+    # are given the agents in turn (a row's grammar admits one name; the action and tone are sampled), so every
+    # group compares every agent on the same state and no agent loses its gradient by never being drawn
+    # (mascot/policy/rollout_grammar.py; docs/results.md, issue 64). Needs constrain_rollouts and
+    # in-process rollouts (vLLM's structured outputs take one grammar a request batch)
+    explore_choices: Literal["sampled", "stratified"] = "sampled"
+
+    @model_validator(mode="after")
+    def _stratified_needs_grammar(self):
+        if self.explore_choices == "stratified":
+            if not self.constrain_rollouts:
+                raise ValueError("explore_choices 'stratified' needs constrain_rollouts: true (each row's grammar "
+                                 "names its agent)")
+            if self.trainer_args.get("use_vllm"):
+                raise ValueError("explore_choices 'stratified' needs in-process rollouts: drop trainer_args.use_vllm "
+                                 "or set explore_choices: sampled")
+        return self
 
 
 class EvaluateGroupParams(Block):

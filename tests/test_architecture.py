@@ -43,7 +43,7 @@ FLOORS = {
     "mascot.policy": 6, "mascot.policy.rewards": 6, "mascot.policy.watch": 6, "mascot.policy.watch.verdict": 6,
     "mascot.policy.watch.chart": 6, "mascot.policy.watch.kl": 6, "mascot.policy.watch.callback": 6, "mascot.policy.engine": 6, "mascot.policy.grpo": 6,
     "mascot.policy.evaluate": 6, "mascot.policy.director": 6, "mascot.policy.evaluate_group": 6,
-    "mascot.policy.choice_probe": 6,
+    "mascot.policy.choice_probe": 6, "mascot.policy.rollout_grammar": 6,
     # 7: the stages, one module per DVC stage (its two granularities in one): files, MLflow and printing
     "mascot.stages": 7, **{f"mascot.stages.{name}": 7 for name in STAGE_MODULES},
     # operations apart from the method (`mascot serve`, `mascot stack`): only the command line imports them

@@ -255,3 +255,65 @@ def test_a_director_trained_under_the_directive_grammar_samples_only_directives_
     assert len(seen) == 8  # every completion parsed (parse_directive raises otherwise) and named one of the team
     weights = load_file(tmp_path / "policy/adapter_model.safetensors")
     assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)
+
+
+def test_stratified_choices_give_each_group_every_agent_in_turn():
+    from mascot.policy.rollout_grammar import stratified_choices
+
+    # 2 groups of 8 rows over 4 agents: each agent twice a group, whatever the group's offset
+    picks = stratified_choices(16, 8, 4, offset=lambda group: 3 * group)
+    assert [sorted(picks[g * 8:(g + 1) * 8]) for g in range(2)] == [[0, 0, 1, 1, 2, 2, 3, 3]] * 2
+    # groups of 2 over 4 agents: the offsets cover them over the groups
+    assert stratified_choices(4, 2, 4, offset=lambda group: 2 * group) == [0, 1, 2, 3]
+    # a process's rows start inside the batch: row 6 is the third of group 1 (groups of 4)
+    assert stratified_choices(2, 4, 4, first_row=6) == [2, 3]
+
+
+def test_a_director_exploring_stratified_names_every_agent_in_each_group_and_the_watch_samples_freely(
+        tiny_model_dir, personas, tmp_path, monkeypatch):
+    """train_director.explore_choices: stratified. A random model's choice is near fixed (the issue's embedded Director
+    drew Action Guide on whole groups, advantage 0): under per-row grammars each group of 4 rollouts names the 4
+    agents once, so each gets the advantage of its block; generate outside TRL's rollouts keeps the one grammar."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    import torch
+
+    from mascot.annotate.director import directive_pattern, directive_text, parse_directive
+    from mascot.policy.engine import build_trainer
+
+    names = list(personas)
+    groups = []
+
+    def pays_the_beacon(prompts, completions, **_):
+        agents = [parse_directive(directive_text(c), names).agent for c in completions]
+        groups.extend(agents[i:i + 4] for i in range(0, len(agents), 4))
+        return [1.0 if a == "The Beacon" else 0.0 for a in agents]
+
+    rows = [{"prompt": f"Conversation {k}: the person feels low.\nAgent:"} for k in range(4)]
+    params = GRPOParams(base_model=str(tiny_model_dir), num_generations=4, max_completion_length=96, max_steps=2,
+                        learning_rate=1e-2, lora=PolicyLoraParams(r=4, alpha=8))
+    trainer, tokenizer = build_trainer(rows, [pays_the_beacon], [1.0], params, tmp_path / "ckpt", report_to=(),
+                                       completion_regex=directive_pattern(names, after_agent_label=True),
+                                       rollout_regexes=[directive_pattern([a], after_agent_label=True) for a in names])
+    trainer.train()
+    assert len(groups) == 2 and all(sorted(g) == sorted(names) for g in groups)
+    # outside the rollouts (the watch, the choice probe): three rows, one grammar, the choice the model's own
+    state = dict(trainer.choice_exploration)
+    batch = tokenizer(["Conversation: I lost my job.\nAgent:"] * 3, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = trainer.model.generate(**batch, max_new_tokens=96, do_sample=True)
+    texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert all(parse_directive(directive_text(t), names).agent in names for t in texts)
+    assert trainer.choice_exploration["calls"] == state["calls"]
+
+
+def test_stratified_exploration_needs_the_grammar():
+    import pytest
+    from pydantic import ValidationError
+
+    from mascot.config import DirectorParams
+
+    with pytest.raises(ValidationError, match="constrain_rollouts"):
+        DirectorParams(explore_choices="stratified")
+    with pytest.raises(ValidationError, match="use_vllm"):
+        DirectorParams(explore_choices="stratified", constrain_rollouts=True, trainer_args={"use_vllm": True})
+    assert DirectorParams(explore_choices="stratified", constrain_rollouts=True).explore_choices == "stratified"

@@ -21,7 +21,7 @@ from mascot.config import Params, PolicyGRPOParams
 from mascot.io import InputError, write_json
 from mascot.launch import is_main_process, rank_tag, world_size
 from mascot.llm.identity import folder_digest
-from mascot.llm.local_backend import compile_grammar
+from mascot.policy.rollout_grammar import constrain_generation
 from mascot.policy.watch.callback import Watch
 from mascot.policy.watch.verdict import OVER
 from mascot.reward.scorer import RewardScorer
@@ -63,31 +63,16 @@ def head_on_completions_only() -> None:
     trl_utils._use_triton = compact
 
 
-def constrain_generation(model, tokenizer, regex: str) -> None:
-    """Have `model.generate` (TRL's rollouts without vLLM) decode under `regex` (xgrammar): each completion
-    matches it, then ends in the tokenizer's EOS, the stop token TRL's completion mask looks for. The loss is
-    the policy's own log-probability of the tokens it sampled, as TRL trains with vLLM's structured outputs. The
-    watch samples from this same model object, so it decodes under the grammar too, as the rollouts do."""
-    from xgrammar.contrib.hf import LogitsProcessor
-
-    compiled = compile_grammar(tokenizer, model.config.vocab_size, "regex", regex,
-                               stop_token_ids=[tokenizer.eos_token_id])
-    generate = model.generate
-
-    def constrained(*args, **kwargs):
-        # xgrammar's processor keeps matcher state: a fresh one per call
-        kwargs["logits_processor"] = [*(kwargs.get("logits_processor") or []), LogitsProcessor(compiled)]
-        return generate(*args, **kwargs)
-    model.generate = constrained
-
-
 def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: PolicyGRPOParams,
                   checkpoint_dir: Path, callbacks: list | None = None, dtype=None,
-                  report_to: tuple[str, ...] = ("mlflow",), completion_regex: str | None = None):
+                  report_to: tuple[str, ...] = ("mlflow",), completion_regex: str | None = None,
+                  rollout_regexes: list[str] | None = None):
     """(TRL's GRPOTrainer on a LoRA policy, its tokenizer), as the GRPO stages train it (and
     benchmarks/grpo_step.py times it). The frozen base in `dtype` (default: bf16 where native,
     mascot/precision.py), the LoRA weights in fp32 (PEFT keeps an adapter fp32 on a bf16 base).
-    `completion_regex`: every rollout decodes under it (vLLM's structured outputs, or xgrammar in-process)."""
+    `completion_regex`: every rollout decodes under it (vLLM's structured outputs, or xgrammar in-process).
+    `rollout_regexes`: the rows of each group decode under these in turn during training rollouts (in-process
+    only; `constrain_generation`)."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
@@ -115,8 +100,25 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
                       lora_dropout=params.lora.dropout, target_modules=list(params.lora.target_modules))
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=reward_funcs,
                           train_dataset=Dataset.from_list(rows), peft_config=lora, callbacks=callbacks)
+    if rollout_regexes and config.use_vllm:
+        raise InputError("stratified rollouts (train_director.explore_choices) decode in-process: vLLM's structured "
+                         "outputs take one grammar; set explore_choices: sampled or drop trainer_args.use_vllm")
     if completion_regex and not config.use_vllm:
-        constrain_generation(trainer.model, tokenizer, completion_regex)
+        state = constrain_generation(trainer.model, tokenizer, completion_regex, rollout_regexes,
+                                     params.num_generations, params.seed,
+                                     lambda rows: trainer.accelerator.process_index * rows)
+        if rollout_regexes:
+            rollouts = trainer._generate_single_turn
+
+            def stratified_rollouts(*args, **kwargs):
+                # TRL's rollouts only: the watch and the choice probe call the same model outside this
+                state["rollout"] = True
+                try:
+                    return rollouts(*args, **kwargs)
+                finally:
+                    state["rollout"] = False
+            trainer._generate_single_turn = stratified_rollouts
+        trainer.choice_exploration = state
     sampler_of = trainer._get_train_sampler
     trainer._get_train_sampler = lambda *a, **k: EpochSampler(sampler_of(*a, **k))
     return trainer, tokenizer
@@ -149,7 +151,7 @@ class EpochSampler(torch.utils.data.Sampler):
 def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[float], params: PolicyGRPOParams,
                  out_dir: Path, checkpoint_dir: Path, meta: dict | None = None, watch=None,
                  completion_regex: str | None = None, counters: dict[str, dict] | None = None,
-                 extra_callbacks: list | None = None) -> dict:
+                 extra_callbacks: list | None = None, rollout_regexes: list[str] | None = None) -> dict:
     """GRPO on a LoRA policy: the speakers' (stage 1) and the Director's (stage 2). `rows` hold the prompt and
     the columns the reward functions read; `watch` (mascot/policy/watch/) checks the policy as it trains;
     `counters` (name -> {key: count}, dicts the reward functions count into) are kept across a resume."""
@@ -175,7 +177,7 @@ def train_policy(rows: list[dict], reward_funcs: list, reward_weights: list[floa
         callbacks.append(watch.callback(first_check=not watch_resumed))
     callbacks += list(extra_callbacks or [])
     trainer, tokenizer = build_trainer(rows, reward_funcs, reward_weights, params, checkpoint_dir, callbacks,
-                                       completion_regex=completion_regex)
+                                       completion_regex=completion_regex, rollout_regexes=rollout_regexes)
     if resume is not None:
         print(f"{stage}{rank_tag()}: resuming from step {checkpoints.step_of(resume)} of {params.max_steps} "
               f"({resume}): adapter, optimizer, scheduler and RNG states", flush=True)
@@ -259,6 +261,7 @@ class PolicyStage:
     watch_plot: str | None = None  # the watch's CSV
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (file, context) logged as MLflow datasets
     completion_regex: str | None = None  # rollouts decode under it (the Director's directive grammar)
+    rollout_regexes: list[str] | None = None  # each group's rows decode under these in turn (stratified choices)
     counters: dict[str, dict] = field(default_factory=dict)  # counts its figures report, kept across a resume
     callbacks: list = field(default_factory=list)  # more TrainerCallbacks (a diagnostic probe), main rank only
 
@@ -279,7 +282,8 @@ def run_policy_stage(params: Params, stage: PolicyStage, rows: list[dict]) -> tu
                                       tags.get("reward_model_version"), folder_digest(p.base_model), world_size())
     if not is_main_process():  # a DDP rank other than the main one: train, then leave the rest to rank 0
         train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt, meta={"stage": name},
-                     completion_regex=stage.completion_regex, counters=stage.counters)
+                     completion_regex=stage.completion_regex, counters=stage.counters,
+                     rollout_regexes=stage.rollout_regexes)
         return None, None
     registry.abandon_incomplete(p.registered_model)
     exp = registry.experiment_id(stage.experiment, params.mlflow.artifact_root)
@@ -299,7 +303,8 @@ def run_policy_stage(params: Params, stage: PolicyStage, rows: list[dict]) -> tu
                              "prompts": len(rows), "world_size": world_size()})
         result = train_policy(rows, stage.reward_funcs, stage.reward_weights, p, Path(out_dir), ckpt,
                               meta={"stage": name}, watch=watch, completion_regex=stage.completion_regex,
-                              counters=stage.counters, extra_callbacks=stage.callbacks)
+                              counters=stage.counters, extra_callbacks=stage.callbacks,
+                              rollout_regexes=stage.rollout_regexes)
         history = result["history"]
         metrics = {"steps": len(history), "prompts": len(rows), "reward_model_version": tags["reward_model_version"],
                    "reward_first_step": history[0]["reward"] if history else None,

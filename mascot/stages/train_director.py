@@ -71,7 +71,9 @@ def main(params: Params, *, queries_path: str, episodes_path: str, champion_path
             [p.reward_weight, p.format_weight, p.diversity_weight], tags, director_dir, figures_path, series,
             format_figures, watch=watch, watch_plot=watch_plot, inputs=[(episodes_path, "train")],
             completion_regex=directive_pattern(list(personas), p.prompt_style == "transcript")
-            if p.constrain_rollouts else None, counters={"completion_kinds": rewards[1].completion_kinds,
+            if p.constrain_rollouts else None,
+            rollout_regexes=[directive_pattern([agent], p.prompt_style == "transcript") for agent in personas]
+            if p.explore_choices == "stratified" else None, counters={"completion_kinds": rewards[1].completion_kinds,
                                                                        "length": rewards[0].length},
             callbacks=[probe] if probe and is_main_process() else [])
         metrics, version = run_policy_stage(params, stage, rows)
