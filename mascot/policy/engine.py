@@ -21,7 +21,7 @@ from mascot.config import Params, PolicyGRPOParams
 from mascot.io import InputError, write_json
 from mascot.launch import is_main_process, rank_tag, world_size
 from mascot.llm.identity import folder_digest
-from mascot.policy.rollout_grammar import constrain_generation
+from mascot.policy.rollout_grammar import constrain_trainer
 from mascot.policy.watch.callback import Watch
 from mascot.policy.watch.verdict import OVER
 from mascot.reward.scorer import RewardScorer
@@ -72,7 +72,7 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
     mascot/precision.py), the LoRA weights in fp32 (PEFT keeps an adapter fp32 on a bf16 base).
     `completion_regex`: every rollout decodes under it (vLLM's structured outputs, or xgrammar in-process).
     `rollout_regexes`: the rows of each group decode under these in turn during training rollouts (in-process
-    only; `constrain_generation`)."""
+    only; mascot/policy/rollout_grammar.py)."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer
@@ -104,21 +104,8 @@ def build_trainer(rows: list[dict], reward_funcs: list, reward_weights: list[flo
         raise InputError("stratified rollouts (train_director.explore_choices) decode in-process: vLLM's structured "
                          "outputs take one grammar; set explore_choices: sampled or drop trainer_args.use_vllm")
     if completion_regex and not config.use_vllm:
-        state = constrain_generation(trainer.model, tokenizer, completion_regex, rollout_regexes,
-                                     params.num_generations, params.seed,
-                                     lambda rows: trainer.accelerator.process_index * rows)
-        if rollout_regexes:
-            rollouts = trainer._generate_single_turn
-
-            def stratified_rollouts(*args, **kwargs):
-                # TRL's rollouts only: the watch and the choice probe call the same model outside this
-                state["rollout"] = True
-                try:
-                    return rollouts(*args, **kwargs)
-                finally:
-                    state["rollout"] = False
-            trainer._generate_single_turn = stratified_rollouts
-        trainer.choice_exploration = state
+        trainer.choice_exploration = constrain_trainer(trainer, tokenizer, completion_regex, rollout_regexes,
+                                                       params.num_generations, params.seed)
     sampler_of = trainer._get_train_sampler
     trainer._get_train_sampler = lambda *a, **k: EpochSampler(sampler_of(*a, **k))
     return trainer, tokenizer

@@ -37,7 +37,7 @@ def constrain_generation(model, tokenizer, regex: str, rollout_regexes: list[str
                                stop_token_ids=[tokenizer.eos_token_id])
     compiled = compiled_of(regex)
     per_choice = [compiled_of(r) for r in rollout_regexes or []]
-    state = {"rollout": False, "calls": 0, "choices": []}
+    state = {"rollout": False, "calls": 0}
     generate = model.generate
 
     def constrained(*args, **kwargs):
@@ -49,10 +49,29 @@ def constrain_generation(model, tokenizer, regex: str, rollout_regexes: list[str
             # the same offset on every process for the same group (each process counts the same calls)
             picks = stratified_choices(rows, group_size, len(per_choice), first_row(rows),
                                        lambda group: random.Random(f"{seed}:{call}:{group}").randrange(len(per_choice)))
-            state["choices"] = picks
             grammar = [per_choice[i] for i in picks]
         # xgrammar's processor keeps matcher state: a fresh one per call
         kwargs["logits_processor"] = [*(kwargs.get("logits_processor") or []), LogitsProcessor(grammar)]
         return generate(*args, **kwargs)
     model.generate = constrained
+    return state
+
+
+def constrain_trainer(trainer, tokenizer, regex: str, rollout_regexes: list[str] | None, group_size: int,
+                      seed: int) -> dict:
+    """`constrain_generation` on a GRPOTrainer's model, with the stratified rows switched on inside TRL's own
+    rollout call only: the watch and the choice probe call the same model's `generate` outside it and keep the one
+    grammar (the policy's own choice). Returns the state (`calls`: stratified rollout batches so far)."""
+    state = constrain_generation(trainer.model, tokenizer, regex, rollout_regexes, group_size, seed,
+                                 lambda rows: trainer.accelerator.process_index * rows)
+    if rollout_regexes:
+        rollouts = trainer._generate_single_turn
+
+        def stratified_rollouts(*args, **kwargs):
+            state["rollout"] = True
+            try:
+                return rollouts(*args, **kwargs)
+            finally:
+                state["rollout"] = False
+        trainer._generate_single_turn = stratified_rollouts
     return state
