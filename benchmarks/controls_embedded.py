@@ -2,7 +2,7 @@
 policy, Gemma-3-270m as the reward model's base, through the real chain (DVC, TRL, PEFT, MLflow), in fresh copies.
 
     python benchmarks/controls_embedded.py [--workdir /tmp/controls-embedded]
-        [--kinds positive,negative,length,group-positive,group-negative]
+        [--kinds positive,negative,length,group-positive,group-negative] [--set KEY=VALUE ...]
 
 The positive control's planted feature here is a question to the seeker ("?" in the reply): the instruct speaker
 asks one sometimes, not always (a digit, the tiny models' feature, it almost never writes). The negative is seeded
@@ -17,7 +17,9 @@ episodes and rollouts, Gemma-3-270m as the group reward model's base and as the 
 `evaluate_group` (the Director must give The Beacon the floor more often than base and random), negative to
 `promote_group` (which must refuse), then the Director against it with the gate off (its watch must not say
 `improving`).
-A second call in the same WORKDIR resumes (DVC skips the stages that are done). Prints one Markdown table (docs/results.md "Controls on the embedded models") and writes WORKDIR/controls.json.
+A `--set` is a params.yaml edit over every control's blocks (a setting under test, e.g.
+`--set train_director.explore_choices=stratified --set train_director.constrain_rollouts=true`); give a setting its
+own WORKDIR. A second call in the same WORKDIR resumes (DVC skips the stages that are done). Prints one Markdown table (docs/results.md "Controls on the embedded models") and writes WORKDIR/controls.json.
 """
 from __future__ import annotations
 
@@ -121,10 +123,12 @@ def feature_rates(work: Path, pattern: str) -> dict:
     return out
 
 
-def prepared_copy(kind: str, root: Path) -> tuple[Path, dict]:
+def prepared_copy(kind: str, root: Path, edits: list[str] = ()) -> tuple[Path, dict]:
     """WORKDIR/KIND with the control's params: a fresh pipeline copy, or the one a run before left. A stage-2
-    kind (group-positive) applies its stage-1 control's profile, then the group profiles."""
+    kind (group-positive) applies its stage-1 control's profile, then the group profiles; `edits` (KEY=VALUE)
+    last."""
     from benchmarks.pipeline_copy import fresh_pipeline_copy, pipeline_env
+    from benchmarks.stages import set_params
 
     work = root / kind
     if (work / ".dvc").is_dir():  # a run before: its params again from the copy's own, DVC skips what is done
@@ -138,6 +142,8 @@ def prepared_copy(kind: str, root: Path) -> tuple[Path, dict]:
     else:
         run(f"mascot profile controls control-{kind}", work, env)
         merge_params(work, {**EMBEDDED, **FEATURE[kind]})
+    if edits:
+        set_params(list(edits), work / "params.yaml")
     return work, env
 
 
@@ -202,10 +208,10 @@ def lever_row(kept: Path) -> dict:
             "calibration": {k: v for k, v in grpo.items() if k.startswith("length_")}}
 
 
-def group_control(kind: str, root: Path) -> dict:
+def group_control(kind: str, root: Path, edits: list[str] = ()) -> dict:
     """A stage-2 control: positive to `evaluate_group`; negative to `promote_group`, then the Director with the gate
     off."""
-    work, env = prepared_copy(kind, root)
+    work, env = prepared_copy(kind, root, edits)
     positive = kind == "group-positive"
     seconds = {"to_evaluate_group" if positive else "to_promote_group":
                run("dvc repro evaluate_group" if positive else "dvc repro promote_group", work, env)}
@@ -261,12 +267,12 @@ def group_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def control(kind: str, root: Path) -> dict:
+def control(kind: str, root: Path, edits: list[str] = ()) -> dict:
     if kind == "length":
         return length_control(root)
     if kind.startswith("group-"):
-        return group_control(kind, root)
-    work, env = prepared_copy(kind, root)
+        return group_control(kind, root, edits)
+    work, env = prepared_copy(kind, root, edits)
     seconds = {"to_promote" if kind == "negative" else "to_evaluate":
                run("dvc repro promote" if kind == "negative" else "dvc repro evaluate", work, env)}
     promote = metrics(work, "promote")  # the decision at the control's own gate
@@ -322,13 +328,15 @@ def main() -> None:
     ap.add_argument("--read", metavar="KIND=DIR", action="append", default=[],
                     help="print the table of a stage-2 control repo run elsewhere (CI's), running nothing: "
                          "group-positive=/tmp/pytest-of-root/pytest-N/positive0")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a params.yaml edit over the controls' blocks (not the length control's levers)")
     args = ap.parse_args()
     if args.read:
         print(group_table([group_figures(kind, Path(d), {}) for kind, d in (r.split("=", 1) for r in args.read)]))
         return
     root = Path(args.workdir).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    results = [control(kind, root) for kind in args.kinds.split(",")]
+    results = [control(kind, root, args.set) for kind in args.kinds.split(",")]
     (root / "controls.json").write_text(json.dumps(results, indent=2) + "\n")
     stage1 = [r for r in results if r["kind"] in ("positive", "negative")]
     if stage1:
