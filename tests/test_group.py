@@ -323,6 +323,45 @@ def test_a_condition_is_judged_from_its_records_alone(personas):
     assert lines[0].startswith("evaluate_group: 3 held-out conversations") and "random" in lines[2]
 
 
+def test_evaluate_group_resumes_its_judging_per_condition_and_rubric(personas, tiny_backend, tmp_path):
+    """A killed evaluate_group loses no judgement: rerun on the same (seeded) conversations, every condition's
+    collective and per-reply scores come back from its journals without a judge call; the journals do not
+    overwrite each other across conditions and rubrics; a changed conversation is judged again."""
+    from types import SimpleNamespace
+
+    from mascot.config import ScoreParams
+    from mascot.policy.evaluate_group import judge_condition
+    from mascot.stages.evaluate_group import journaled_score
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.model_name, self.identity, self.prompts = inner, inner.model_name, inner.identity, 0
+
+        def choice_distribution(self, prompts, choices, progress=None):
+            self.prompts += len(prompts)
+            return self.inner.choice_distribution(prompts, choices, progress)
+
+    judge, params = Counting(tiny_backend), SimpleNamespace(score=ScoreParams(few_shot=False))
+    by_q = {f"q{i}": {"query_id": f"q{i}", "context": [{"role": "user", "content": "I feel stuck."}]} for i in range(2)}
+
+    def records(condition, word="ok"):
+        return [{"episode_id": f"q{i}|b0", "query_id": f"q{i}", "prefix_id": f"q{i}", "branch": 0, "valid": True,
+                 "invalid_reason": None, "turns": [{"role": "agent", "speaker": "The Anchor",
+                                                    "text": f"{condition} {word} {i}"}]} for i in range(2)]
+
+    def judge_all(word="ok"):
+        return [judge_condition(records(c, word), by_q, personas, (COLLECTIVE, PERSONA),
+                                journaled_score(params, c, (COLLECTIVE, judge, judge), "plain", tmp_path),
+                                lambda rows: [0.0] * len(rows))[1:] for c in ("trained", "random")]
+
+    first = judge_all()
+    asked = judge.prompts
+    assert asked > 0 and len(list(tmp_path.glob("evaluate_group-*.jsonl"))) == 4  # 2 conditions x 2 rubrics
+    assert judge_all() == first and judge.prompts == asked  # all reused: not one judge call
+    judge_all("changed")
+    assert judge.prompts == 2 * asked  # other conversations, judged anew
+
+
 def test_evaluate_group_refuses_held_out_conversations_that_were_given_episodes():
     """evaluate_group's conversations are held out: an episodes file with one of them (older than the held-out
     rule) is refused with what to rerun, and the held-out set is otherwise the first max_queries by id."""

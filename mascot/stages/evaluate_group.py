@@ -17,6 +17,8 @@ from mascot.policy.evaluate_group import (block_words, build_directors, conversa
                                           heldout_conversations, judge_condition, paired_vs, planted_feature,
                                           planted_figures, planted_rate, trained_minus_base_parse_rate,
                                           unconstrained_parse_rates)
+from mascot.progress import bar
+from mascot.resume import Journal
 from mascot.splits import conversation_of
 
 
@@ -36,6 +38,24 @@ def log_condition(params: Params, experiment_id: str, run_name: str, tags: dict,
         mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))}
                            | {f"usage_{k}": v for k, v in metrics["speaker_usage"].items()})
         mlflow.log_table(data=table, artifact_file="evaluate_group_conversations.json")
+
+
+def journaled_score(params: Params, condition: str, judges: tuple, prompt_style: str | None,
+                    journal_dir: Path | None = None):
+    """One condition's `score(units, rubric)` for judge_condition: score_units on the collective rubric with the
+    collective judge, on any other with the per-reply one (`judges`: (collective rubric, its judge, per-reply
+    judge)). Journaled per condition and rubric (a journal keeps only its last call's records): a killed
+    evaluate_group rolls its seeded conversations out again and reuses every judgement already made."""
+    collective, judge, reply_judge = judges
+
+    def score(units: list[dict], rubric) -> list[dict]:
+        journal = Journal(f"evaluate_group-{condition}-{rubric.name}", journal_dir)
+        try:
+            return score_units(units, rubric, params.score, judge if rubric is collective else reply_judge, journal,
+                               prompt_style=prompt_style)
+        finally:
+            journal.close()
+    return score
 
 
 def main(params: Params, *, queries_path: str, episodes_path: str, director_dir: str, champion_path: str,
@@ -67,10 +87,13 @@ def main(params: Params, *, queries_path: str, episodes_path: str, director_dir:
     git = {**registry.git_state(), **registry.dvc_experiment_tags(), **registry.decision_tags(champion_path)}
     directors = build_directors(params, personas, director_dir)
     branches = {c: [Branch(q["query_id"], 0, q["context"]) for q in queries] for c in p.conditions}
+    everyone = [b for c in p.conditions for b in branches[c]]
     # every condition's conversations in one rollout: each turn's speaker replies decode in one batch
-    roll_forward([b for c in p.conditions for b in branches[c]], p.agent_turns,
-                 DirectorPerBranch({id(b): directors[c] for c in p.conditions for b in branches[c]}),
-                 speaker, personas, sampling, p.user_turns)
+    rollout = bar(len(everyone) * p.agent_turns, "evaluate_group rollout (agent turns)")
+    roll_forward(everyone, p.agent_turns, DirectorPerBranch({id(b): directors[c] for c in p.conditions
+                                                             for b in branches[c]}),
+                 speaker, personas, sampling, p.user_turns, progress=rollout.update)
+    rollout.close()
     # after the rollout (its batches seed themselves): the same Directors and prompts, without the grammar
     free = (unconstrained_parse_rates(directors, queries, p.unconstrained_samples, d.temperature)
             if p.measure_unconstrained else {})
@@ -82,9 +105,8 @@ def main(params: Params, *, queries_path: str, episodes_path: str, director_dir:
                                                                        "speaker": speaker.model_name},
                                   sampling.__dict__) for b in branches[condition]]
         metrics, totals[condition], judged = judge_condition(
-            records, by_q, personas, rubrics,
-            lambda units, rubric: score_units(units, rubric, params.score, judge if rubric is rubrics[0] else reply_judge,
-                                              prompt_style=style), scorer.score)
+            records, by_q, personas, rubrics, journaled_score(params, condition, (rubrics[0], judge, reply_judge), style),
+            scorer.score)
         if persona:  # a stage-2 control: the rate of what its judge plants, beside the judge's own figures
             features[condition] = planted_feature(records, persona)
             rates[condition] = planted_rate(features[condition], params.stats.min_n)
