@@ -108,6 +108,9 @@ def main() -> int:
     workdir = Path(args.workdir).resolve()
     env = prepare_workdir(workdir)
     (workdir / "reports").mkdir(exist_ok=True)
+    from evidence_report import STAGE_STATS  # benchmarks/, on the path as this script's folder
+
+    env["MASCOT_STAGE_STATS"] = str(workdir / STAGE_STATS)  # each stage's peak, kept also when an attempt is stopped
     times_path = workdir / "reports/evidence_times.json"
     attempts = json.loads(times_path.read_text())["attempts"] if times_path.exists() else []
     code = 0
@@ -124,7 +127,7 @@ def main() -> int:
         code = attempt["exit_code"]
         print(f"evidence: dvc repro exited {code} after {attempt['wall_s']:.0f} s; peak memory "
               f"{attempt['peak_rss_gib']} GiB (times: {times_path})", flush=True)
-    from evidence_report import write_report  # benchmarks/, on the path as this script's folder
+    from evidence_report import write_report
 
     out = write_report(workdir, attempts)
     print(f"evidence: report -> {out}")

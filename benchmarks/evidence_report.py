@@ -18,6 +18,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+from benchmarks.stages import stage_rows  # noqa: E402  (after the path)
+
+# each stage process's wall time and peak memory as it ends (mascot/cli.py), set by benchmarks/evidence.py: it
+# survives an attempt that is stopped, whose own figure (the largest child DVC waited for) does not
+STAGE_STATS = "reports/stage_stats.jsonl"
+
+
 def _load(workdir: Path, name: str) -> dict:
     path = workdir / "reports" / "figures" / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {}
@@ -245,20 +252,35 @@ def group_data_lines(pairs_group: dict, group_rm: dict, promote_group: dict) -> 
             f"- promote_group: {promote_group.get('promoted')} ({promote_group.get('reason')})"]
 
 
-def times_table(attempts: list[dict]) -> list[str]:
-    """Each stage's seconds summed over the attempts that ran it (a stage stopped and resumed counts both parts),
-    the wall time of all attempts, how many were stopped, and the largest process's peak."""
+def stage_peaks(rows: list[dict]) -> dict[str, float]:
+    """Each stage's peak memory (GiB) from what its own `mascot` process recorded as it ended
+    (benchmarks/stages.py's rows): the larger of its own and its children's (a training stage's ranks), the
+    largest over the attempts that ran it. A stage process that was killed recorded nothing."""
+    peaks: dict[str, float] = {}
+    for r in rows:
+        gib = max(r["peak_rss_mb"], r["peak_rss_children_mb"]) / 1024
+        peaks[r["stage"]] = round(max(peaks.get(r["stage"], 0.0), gib), 2)
+    return peaks
+
+
+def times_table(attempts: list[dict], peaks: dict[str, float] | None = None) -> list[str]:
+    """Each stage's seconds summed over the attempts that ran it (a stage stopped and resumed counts both parts)
+    and its peak memory (`peaks`, by stage_peaks), the wall time of all attempts, how many were stopped, and the
+    largest peak: of the attempts that ended (their largest child) and of the stages that recorded one."""
+    peaks = peaks or {}
     spent: dict[str, float] = {}
     for a in attempts:
         for s in a["stages"]:
             if s["seconds"] is not None:
                 spent[s["stage"]] = spent.get(s["stage"], 0.0) + s["seconds"]
-    lines = ["| stage | seconds |", "| --- | ---: |"] + [f"| {k} | {v:.0f} |" for k, v in spent.items()]
+    lines = ["| stage | seconds | peak GiB |", "| --- | ---: | ---: |"] + [
+        f"| {k} | {v:.0f} | {peaks.get(k, '-')} |" for k, v in spent.items()]
     total = sum(a["wall_s"] for a in attempts)
     stopped = sum(bool(a.get("interrupted")) for a in attempts)
-    peak = max((a["peak_rss_gib"] for a in attempts if a.get("peak_rss_gib") is not None), default=None)
+    peak = max([a["peak_rss_gib"] for a in attempts if a.get("peak_rss_gib") is not None] + list(peaks.values()),
+               default=None)
     lines += [f"| **total wall (all attempts: {len(attempts)}, {stopped} of them stopped and resumed)** | "
-              f"**{total:.0f}** |", "", f"Peak memory of the largest process: {peak} GiB."]
+              f"**{total:.0f}** | |", "", f"Peak memory of the largest process: {peak} GiB."]
     return lines
 
 
@@ -324,7 +346,7 @@ def write_report(workdir: Path, attempts: list[dict] | None = None) -> Path:
            "## Stage 2 against people: the seekers' survey", "", *survey_table(collective_judge, group_rm, min_n), "",
            "## The Director: trained vs base vs random vs round-robin (evaluate_group)", "",
            *director_table(workdir, group, group_dims, min_n), "",
-           "## Stage times", "", *times_table(attempts), ""]
+           "## Stage times", "", *times_table(attempts, stage_peaks(stage_rows(workdir / STAGE_STATS))), ""]
     path = workdir / "reports/evidence.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(out))

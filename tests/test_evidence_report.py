@@ -158,6 +158,33 @@ def test_a_stopped_evidence_attempt_is_recorded_and_its_stages_summed_with_the_n
     assert "all attempts: 2, 1 of them stopped and resumed" in table
 
 
+def test_each_stages_peak_memory_comes_from_what_its_process_recorded_and_survives_a_stopped_attempt(tmp_path):
+    """A stopped attempt has no peak of its own (the stage DVC never waited for); the stages that ended before it
+    recorded theirs (mascot/cli.py, MASCOT_STAGE_STATS as benchmarks/evidence.py sets it): the report gives each
+    stage's largest over the attempts and the run's peak from them."""
+    import json
+
+    from mascot.cli import record_stage_stats
+
+    report = _report()
+    stats = tmp_path / report.STAGE_STATS
+    stats.parent.mkdir(parents=True)
+    record_stage_stats(str(stats), ["train_rm", "--params", "p.yaml"], 12.0, 0)  # this process's own peak, real
+    own = json.loads(stats.read_text())["peak_rss_mb"]
+    with stats.open("a") as fh:  # a stage whose ranks were larger than its launcher, recorded on two attempts
+        for mine, ranks in ((1024.0, 6144.0), (1024.0, 3072.0)):
+            fh.write(json.dumps({"command": "train_grpo", "wall_s": 5.0, "peak_rss_mb": mine,
+                                 "peak_rss_children_mb": ranks, "status": 0}) + "\n")
+    from benchmarks.stages import stage_rows
+
+    peaks = report.stage_peaks(stage_rows(stats))
+    assert peaks == {"train_rm": round(own / 1024, 2), "train_grpo": 6.0}
+    stopped = {"wall_s": 30.0, "peak_rss_gib": None, "interrupted": True,
+               "stages": [{"stage": "train_rm", "seconds": 12.0}, {"stage": "train_grpo", "seconds": 18.0}]}
+    table = "\n".join(report.times_table([stopped], peaks))
+    assert "| train_grpo | 18 | 6.0 |" in table and "Peak memory of the largest process: 6.0 GiB." in table
+
+
 def test_the_report_says_stage_two_rests_on_chance_when_the_collective_judge_cannot_tell_an_echo():
     report = _report()
     chance = {"ref_gt_echo": 0.625, "ref_gt_echo_ci_low": 0.25, "ref_gt_echo_ci_high": 0.875, "ref_gt_echo_n": 8,
